@@ -1,0 +1,1 @@
+"""The side-effect layer: Mininet namespaces, netlink links/queues/routes, CLI."""

@@ -1,0 +1,204 @@
+"""Build, hold and tear down an emulated multi-plane Clos fabric.
+
+    with Fabric(MultiPlaneClos(planes=2)) as fab:
+        fab.node_kernel("h0")        # netlink socket + namespace of host h0
+        fab.net                      # the Mininet object (CLI, node.cmd, popen)
+
+Build order (plan, then apply): Mininet starts one shell per node (its
+namespace) -> the state file is written -> namespaces get /run/netns names ->
+all veths are created over netlink straight into their namespaces -> each
+namespace gets sysctls, addresses, static neighbours, HTB + FIFO queues and
+routes from ``topologies.routing.plan_fabric``. Teardown kills every process in
+our namespaces at once and drops the names; the kernel then frees the
+namespaces and their veths.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+
+from emu import registry
+from emu.errors import EmuError, require_root
+from emu.kernel import NodeKernel, create_veths
+from emu.netns import bind_name, ns_inode, unbind_name
+from emu.nodes import EmuHost, EmuNet, LinuxRouter, VethLink
+from topologies import MultiPlaneClos
+from topologies.mininet_topo import MultiPlaneClosTopo
+from topologies.routing import NodePlan, plan_fabric
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildTimes:
+    """Seconds spent in each build phase."""
+
+    nodes: float
+    links: float
+    config: float
+
+    @property
+    def total(self) -> float:
+        return self.nodes + self.links + self.config
+
+
+class Fabric:
+    """A running emulated fabric; a context manager that guarantees teardown."""
+
+    def __init__(self, spec: MultiPlaneClos, name: str = "emu",
+                 progress: Progress | None = None) -> None:
+        if not name.isidentifier() or len(name) > 12:
+            raise EmuError(f"fabric name {name!r} is invalid: use up to 12 letters, digits or _")
+        self.spec = spec
+        self.name = name
+        self.plans: dict[str, NodePlan] = plan_fabric(spec)
+        self.net: EmuNet | None = None
+        self.kernels: dict[str, NodeKernel] = {}
+        self.build_times: BuildTimes | None = None
+        self._state: registry.FabricState | None = None
+        self._progress = progress or (lambda msg: None)
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (f"Fabric({self.name!r}, planes={s.planes}, spines={s.spines}, leaves={s.leaves}, "
+                f"hosts={s.host_count}, up={self.net is not None})")
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Fabric:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Build the fabric. On any failure, everything built so far is torn down."""
+        require_root("building a fabric")
+        self._check_stale()
+        try:
+            self._build()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _check_stale(self) -> None:
+        for st in registry.running_states():
+            if st.fabric == self.name:
+                raise EmuError(
+                    f"a fabric named {self.name!r} is already running (pid {st.owner_pid}); "
+                    "stop it, use another name, or run `emu clean --force`")
+        report = registry.clean(only=self.name)
+        if not report.empty:
+            log.warning("removed a stale fabric %r left by a crashed run (%d processes, "
+                        "%d namespaces)", self.name, report.processes, len(report.namespaces))
+            self._progress(f"cleaned stale fabric {self.name!r} from a crashed run")
+
+    def _build(self) -> None:
+        spec = self.spec
+        t0 = time.monotonic()
+        self._state = registry.FabricState(self.name, os.getpid())
+        self._state.save()
+        self._progress(f"starting {len(spec.nodes)} namespaces")
+        topo = MultiPlaneClosTopo(spec, router_cls=LinuxRouter)
+        self.net = EmuNet(topo=topo, host=EmuHost, link=VethLink, controller=None,
+                          build=False, autoSetMacs=False, cleanup=False)
+        self.net.build()
+        for node in spec.nodes:
+            pid = self.net[node.name].pid
+            self._state.namespaces[node.name] = {
+                "netns": registry.netns_name(self.name, node.name), "pid": pid,
+                "inode": ns_inode(pid)}
+        self._state.save()
+        own = ns_inode("thread-self")
+        shared = [n for n, r in self._state.namespaces.items() if r["inode"] in (None, own)]
+        if shared:
+            # Never configure (or later kill) anything in the namespace we run in.
+            raise EmuError(f"nodes {shared[:5]} did not get a network namespace of their own")
+        for node in spec.nodes:
+            rec = self._state.namespaces[node.name]
+            bind_name(rec["pid"], rec["netns"])
+            self.kernels[node.name] = NodeKernel.open(node.name, rec["netns"], rec["pid"],
+                                                      node.role)
+        t1 = time.monotonic()
+        self._progress(f"creating {len(spec.links)} links")
+        pairs = []
+        for plan in self.plans.values():
+            for iface in plan.interfaces:
+                if iface.link.a.node == plan.node and iface.ifname == iface.link.a.ifname:
+                    pairs.append((iface.ifname, self.kernels[plan.node].fd, iface.peer_ifname,
+                                  self.kernels[iface.peer_node].fd, spec.mtu))
+        create_veths(pairs)
+        t2 = time.monotonic()
+        self._progress("installing addresses, queues and routes")
+        for name, plan in self.plans.items():
+            k = self.kernels[name]
+            k.refresh_ifindex()
+            specs = {i.ifname: i.link.spec for i in plan.interfaces}
+            k.apply(plan, specs, spec.mtu)
+        t3 = time.monotonic()
+        self.build_times = BuildTimes(t1 - t0, t2 - t1, t3 - t2)
+
+    def stop(self) -> float:
+        """Tear everything down (idempotent). Returns the seconds it took."""
+        t0 = time.monotonic()
+        for k in self.kernels.values():
+            try:
+                k.close()
+            except OSError:
+                pass
+        self.kernels.clear()
+        if self._state is not None:
+            inodes = {r["inode"] for r in self._state.namespaces.values() if r.get("inode")}
+            pids = registry.processes_in(inodes) if inodes else []
+            registry.kill_all(pids)
+            for rec in self._state.namespaces.values():
+                unbind_name(rec["netns"])
+            self._state.remove()
+            self._state = None
+        if self.net is not None:
+            for node in self.net.hosts + self.net.switches:
+                _close_shell(node)
+            self.net = None
+        return time.monotonic() - t0
+
+    # -- access ----------------------------------------------------------------------------
+
+    def node_kernel(self, name: str) -> NodeKernel:
+        """The namespace handle of node ``name`` (validated against the topology)."""
+        self.spec.node(name)
+        return self.kernels[name]
+
+    def netns(self, name: str) -> str:
+        """The /run/netns name of node ``name`` (for `ip netns exec`)."""
+        return self.node_kernel(name).netns
+
+
+def _close_shell(node) -> None:
+    """Close a Mininet node's pty and reap its (already killed) shell."""
+    shell = getattr(node, "shell", None)
+    if shell is None:
+        return
+    for f in (getattr(node, "stdin", None),):
+        try:
+            if f is not None:
+                f.close()
+        except OSError:
+            pass
+    try:
+        os.close(node.slave)
+    except (OSError, AttributeError):
+        pass
+    try:
+        shell.wait(timeout=2)
+    except Exception:  # noqa: BLE001 - a shell that will not die must not block teardown
+        log.warning("shell of %s did not exit", node.name)
+    node.shell = None

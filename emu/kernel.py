@@ -1,0 +1,136 @@
+"""Applying a node's forwarding plan to its namespace over netlink (pyroute2).
+
+One ``NodeKernel`` per namespace holds a netlink socket opened inside it; every
+address, neighbour, queue and route of the plan is one netlink request, no
+process is spawned.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.rtnl.ifaddrmsg import IFA_F_NODAD
+
+from emu.netns import entered, write_sysctl
+from topologies import LinkSpec, Role
+from topologies.routing import NodePlan
+
+NUD_PERMANENT = 0x80
+HTB_ROOT = 0x10000  # 1:
+HTB_CLASS = 0x10001  # 1:1
+FIFO_HANDLE = 0x20000  # 2:
+
+# Quiet, deterministic namespaces: no DAD delay, no router solicitations or
+# neighbour discovery chatter that would show up in interface counters.
+COMMON_SYSCTLS = (
+    ("net.ipv6.conf.all.accept_dad", 0),
+    ("net.ipv6.conf.default.accept_dad", 0),
+    ("net.ipv6.conf.all.accept_ra", 0),
+    ("net.ipv6.conf.default.accept_ra", 0),
+    ("net.ipv6.conf.all.router_solicitations", 0),
+    ("net.ipv6.conf.default.router_solicitations", 0),
+    ("net.ipv6.conf.all.seg6_enabled", 1),
+    ("net.ipv6.conf.default.seg6_enabled", 1),
+    ("net.ipv6.conf.default.addr_gen_mode", 1),  # no link-local address: no MLD for it
+    ("net.ipv6.fib_multipath_hash_policy", 1),  # 5-tuple ECMP hashing
+)
+ROUTER_SYSCTLS = (("net.ipv6.conf.all.forwarding", 1),)
+
+
+@dataclass
+class NodeKernel:
+    """A handle on one node's namespace: its fd, pid and a netlink socket inside it."""
+
+    name: str
+    netns: str
+    pid: int
+    fd: int
+    ipr: IPRoute
+    ifindex: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, name: str, netns: str, pid: int, role: Role) -> NodeKernel:
+        """Open the namespace of ``pid``, set its sysctls and a netlink socket in it."""
+        fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+        with entered(fd):
+            for key, value in COMMON_SYSCTLS + (ROUTER_SYSCTLS if role is not Role.HOST else ()):
+                write_sysctl(key, value)
+            ipr = IPRoute()
+        return cls(name, netns, pid, fd, ipr)
+
+    def close(self) -> None:
+        """Close the netlink socket and the namespace fd."""
+        try:
+            self.ipr.close()
+        finally:
+            os.close(self.fd)
+
+    def socket(self, family: int = socket.AF_INET6, kind: int = socket.SOCK_DGRAM) -> socket.socket:
+        """A socket that lives in this node's namespace."""
+        with entered(self.fd):
+            return socket.socket(family, kind)
+
+    def refresh_ifindex(self) -> None:
+        """Learn the index of every interface (one dump)."""
+        self.ifindex = {
+            link.get_attr("IFLA_IFNAME"): link["index"] for link in self.ipr.get_links()
+        }
+
+    def apply(self, plan: NodePlan, specs: dict[str, LinkSpec], mtu: int) -> None:
+        """Install addresses, static neighbours, egress queues and routes of ``plan``."""
+        ipr, idx = self.ipr, self.ifindex
+        ipr.link("set", index=idx["lo"], state="up")
+        if plan.loopback is not None:
+            ipr.addr("add", index=idx["lo"], address=str(plan.loopback.ip),
+                     prefixlen=plan.loopback.network.prefixlen, flags=IFA_F_NODAD)
+        for iface in plan.interfaces:
+            i = idx[iface.ifname]
+            # MAC and up here, not at creation: veth peer attributes are not all honoured.
+            ipr.link("set", index=i, address=iface.mac, state="up")
+            ipr.addr("add", index=i, address=str(iface.address.ip),
+                     prefixlen=iface.address.network.prefixlen, flags=IFA_F_NODAD)
+            set_egress_queue(ipr, i, specs[iface.ifname], mtu)
+        for n in plan.neighbors:
+            ipr.neigh("add", dst=str(n.address), lladdr=n.mac, ifindex=idx[n.ifname],
+                      state=NUD_PERMANENT)
+        for route in plan.routes:
+            if route.seg6local_end:
+                ipr.route("add", dst=str(route.dst.network_address), dst_len=128,
+                          oif=idx[route.nexthops[0].ifname],
+                          encap={"type": "seg6local", "action": "End"})
+                continue
+            extra = {"prefsrc": str(route.src)} if route.src is not None else {}
+            if len(route.nexthops) == 1:
+                nh = route.nexthops[0]
+                extra.update(gateway=str(nh.gateway), oif=idx[nh.ifname])
+            else:
+                extra["multipath"] = [{"gateway": str(nh.gateway), "oif": idx[nh.ifname]}
+                                      for nh in route.nexthops]
+            ipr.route("add", dst=str(route.dst.network_address),
+                      dst_len=route.dst.prefixlen, **extra)
+
+
+def set_egress_queue(ipr: IPRoute, index: int, spec: LinkSpec, mtu: int) -> None:
+    """HTB at the link rate feeding a bounded FIFO: the switch buffer, with real drops."""
+    rate_bps = int(spec.rate_mbit * 1_000_000)
+    # A burst of at least two jumbo frames, or one timer tick of traffic, keeps
+    # HTB exact at these rates without letting a backlog through at once.
+    burst = max(2 * (mtu + 14), rate_bps // 8 // 1000 + mtu + 14)
+    ipr.tc("add", "htb", index, HTB_ROOT, default=HTB_CLASS)
+    ipr.tc("add-class", "htb", index, HTB_CLASS, parent=HTB_ROOT, rate=f"{rate_bps}bit",
+           ceil=f"{rate_bps}bit", burst=burst, cburst=burst, quantum=mtu + 14)
+    ipr.tc("add", "pfifo", index, FIFO_HANDLE, parent=HTB_CLASS, limit=spec.queue_packets)
+
+
+def create_veths(pairs: list[tuple[str, int, str, int, int]]) -> None:
+    """Create veth pairs directly inside their namespaces (no move, no rename).
+
+    Each item: (ifname_a, ns_fd_a, ifname_b, ns_fd_b, mtu).
+    """
+    with IPRoute() as ipr:
+        for name_a, fd_a, name_b, fd_b, mtu in pairs:
+            ipr.link("add", ifname=name_a, kind="veth", net_ns_fd=fd_a, mtu=mtu,
+                     peer={"ifname": name_b, "net_ns_fd": fd_b, "mtu": mtu})

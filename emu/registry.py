@@ -1,0 +1,194 @@
+"""What the emulator created, recorded so that a crashed run can be cleaned up.
+
+Every fabric writes a state file under /run/scaleacross-emu before it creates
+anything and removes it after teardown. Namespaces it names carry the ``sae-``
+prefix under /run/netns. ``emu clean`` removes exactly those things: processes
+inside our namespaces, our namespace names, our temp dirs and our state files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emu.netns import NETNS_RUN_DIR, ns_inode, unbind_name
+
+log = logging.getLogger(__name__)
+
+STATE_DIR = Path("/run/scaleacross-emu")
+NETNS_PREFIX = "sae-"
+
+
+def netns_name(fabric: str, node: str) -> str:
+    """The /run/netns name of ``node`` of fabric ``fabric``."""
+    return f"{NETNS_PREFIX}{node}" if fabric == "emu" else f"{NETNS_PREFIX}{fabric}-{node}"
+
+
+@dataclass
+class FabricState:
+    """The on-disk record of one running fabric."""
+
+    fabric: str
+    owner_pid: int
+    namespaces: dict[str, dict] = field(default_factory=dict)  # node -> {netns, pid, inode}
+    tmpdirs: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return STATE_DIR / f"fabric-{self.fabric}.json"
+
+    def save(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.__dict__, indent=1))
+        tmp.replace(self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    @classmethod
+    def load(cls, path: Path) -> FabricState:
+        return cls(**json.loads(path.read_text()))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_states() -> list[FabricState]:
+    """State files of fabrics whose owner process is still alive."""
+    return [s for s in _states() if pid_alive(s.owner_pid) and s.owner_pid != os.getpid()]
+
+
+def stale_states() -> list[FabricState]:
+    """State files left by runs that died without tearing down."""
+    return [s for s in _states() if not pid_alive(s.owner_pid) or s.owner_pid == os.getpid()]
+
+
+def _states() -> list[FabricState]:
+    if not STATE_DIR.is_dir():
+        return []
+    out = []
+    for p in sorted(STATE_DIR.glob("fabric-*.json")):
+        try:
+            out.append(FabricState.load(p))
+        except (ValueError, TypeError, OSError):
+            log.warning("unreadable state file %s removed", p)
+            p.unlink(missing_ok=True)
+    return out
+
+
+def processes_in(inodes: set[int]) -> list[int]:
+    """Pids of every process whose network namespace is one of ``inodes``."""
+    me = os.getpid()
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != me and ns_inode(entry.name) in inodes:
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_all(pids: list[int], timeout: float = 2.0) -> None:
+    """SIGKILL ``pids`` and wait (bounded) until they are gone."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    pending = set(pids)
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            try:
+                # Reap our own children; others disappear when their parent reaps them.
+                if os.waitpid(pid, os.WNOHANG)[0] == pid or not pid_alive(pid):
+                    pending.discard(pid)
+            except ChildProcessError:
+                if not pid_alive(pid) or _is_zombie(pid):
+                    pending.discard(pid)
+        if pending:
+            time.sleep(0.005)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@dataclass
+class CleanReport:
+    """What a clean removed."""
+
+    fabrics: list[str] = field(default_factory=list)
+    processes: int = 0
+    namespaces: list[str] = field(default_factory=list)
+    tmpdirs: list[str] = field(default_factory=list)
+    skipped_running: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.fabrics or self.processes or self.namespaces or self.tmpdirs)
+
+
+def clean(force: bool = False, only: str | None = None) -> CleanReport:
+    """Remove everything left by dead runs (all runs with ``force``); never anything else.
+
+    ``only`` restricts the clean to one fabric name (used before a build of that name).
+    """
+    report = CleanReport()
+    states = _states()
+    inodes: set[int] = set()
+    names: set[str] = set()
+    for st in states:
+        if only is not None and st.fabric != only:
+            continue
+        if pid_alive(st.owner_pid) and st.owner_pid != os.getpid() and not force:
+            report.skipped_running.append(f"{st.fabric} (pid {st.owner_pid})")
+            continue
+        report.fabrics.append(st.fabric)
+        for rec in st.namespaces.values():
+            names.add(rec["netns"])
+            # The recorded inode guards against a recycled pid.
+            if rec.get("inode") and ns_inode(rec["pid"]) == rec["inode"]:
+                inodes.add(rec["inode"])
+        for d in st.tmpdirs:
+            if Path(d).exists():
+                shutil.rmtree(d, ignore_errors=True)
+                report.tmpdirs.append(d)
+    if only is None:
+        # Names of ours with no state file (a crash before the state was written).
+        skip = {rec["netns"] for st in states if f"{st.fabric} (pid {st.owner_pid})"
+                in report.skipped_running for rec in st.namespaces.values()}
+        if NETNS_RUN_DIR.is_dir():
+            names |= {p.name for p in NETNS_RUN_DIR.iterdir()
+                      if p.name.startswith(NETNS_PREFIX) and p.name not in skip}
+    for name in names:
+        try:
+            inodes.add(os.stat(NETNS_RUN_DIR / name).st_ino)
+        except OSError:
+            pass
+    pids = processes_in(inodes) if inodes else []
+    kill_all(pids)
+    report.processes = len(pids)
+    for name in sorted(names):
+        if unbind_name(name):
+            report.namespaces.append(name)
+    for st in states:
+        if st.fabric in report.fabrics:
+            st.remove()
+    return report

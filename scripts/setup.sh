@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Idempotent machine + venv setup for scaleacross-emu. Run as root from anywhere:
+#   sudo bash scripts/setup.sh
+# A second run changes nothing and only reports.
+set -euo pipefail
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "setup.sh: must run as root (it installs Debian packages and loads kernel modules)." >&2
+    echo "          try: sudo bash $0   (or: sudo make setup)" >&2
+    exit 1
+fi
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+PYTHON=/usr/bin/python3          # Debian's python, never a pyenv/conda one
+VENV="$ROOT/.venv"
+STAMP="$VENV/.scaleacross-installed"
+
+# python3-wheel is needed by Debian's setuptools 66 for the offline
+# (--no-build-isolation) editable install below.
+PACKAGES=(mininet iproute2 nftables tcpdump frr ruby python3-venv python3-wheel
+          iperf3 ethtool procps psmisc kmod)
+MODULES=(sch_htb veth)
+
+did=()
+
+# 1. Debian packages: install only what is missing.
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    status="$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)"
+    [[ "$status" == installed ]] || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q "${missing[@]}"
+    did+=("installed Debian packages: ${missing[*]}")
+fi
+
+# 2. Kernel modules: load when available; built-in or absent is not an error.
+loaded=()
+for mod in "${MODULES[@]}"; do
+    if [[ ! -d /sys/module/$mod ]] && modprobe -q "$mod" 2>/dev/null; then
+        loaded+=("$mod")
+    fi
+done
+if ((${#loaded[@]})); then did+=("loaded kernel modules: ${loaded[*]}"); fi
+
+# 3. FRR's per-namespace daemons need root in the frr and frrvty groups.
+for grp in frr frrvty; do
+    if getent group "$grp" >/dev/null && ! id -nG root | tr ' ' '\n' | grep -qx "$grp"; then
+        usermod -a -G "$grp" root
+        did+=("added root to group $grp")
+    fi
+done
+
+# 4. The venv: Debian's python with system site-packages (mininet comes from there).
+venv_ok() {
+    [[ -x "$VENV/bin/python" && -f "$VENV/pyvenv.cfg" ]] &&
+        grep -qx 'include-system-site-packages = true' "$VENV/pyvenv.cfg" &&
+        grep -qx 'home = /usr/bin' "$VENV/pyvenv.cfg"
+}
+if ! venv_ok; then
+    [[ -e "$VENV" ]] && rm -rf "$VENV"
+    "$PYTHON" -m venv --system-site-packages "$VENV"
+    did+=("created $VENV from $PYTHON (--system-site-packages)")
+fi
+
+# 5. The project itself, editable, with the test extra: only when pyproject.toml
+#    (or this script, which holds the install command) is newer than the stamp.
+#    editable_mode=compat puts the repo root on sys.path with a plain .pth, so
+#    packages and __init__.py files added after the install are picked up.
+if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" || scripts/setup.sh -nt "$STAMP" ]]; then
+    "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
+        --config-settings editable_mode=compat -e '.[test]'
+    touch "$STAMP"
+    did+=("pip install -e '.[test]' into .venv")
+fi
+
+if ((${#did[@]})); then
+    for line in "${did[@]}"; do echo "setup: $line"; done
+else
+    echo "setup: nothing to do (packages, modules, groups, .venv and install all up to date)"
+fi

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Checks and tests: Vagrantfile syntax, ruff, then pytest (arguments pass through).
+#   scripts/test.sh [pytest args...]
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+ruby -c Vagrantfile
+.venv/bin/ruff check .
+
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+
+if [[ $status -eq 5 ]]; then
+    echo "test.sh: FAILED: pytest collected no tests (exit 5); an empty run never counts as a pass." >&2
+fi
+exit "$status"
