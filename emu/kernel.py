@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.ifaddrmsg import IFA_F_NODAD
+from pyroute2.netlink.rtnl.ifinfmsg import IFF_MULTICAST, IFF_NOARP, IFF_UP
 
 from emu.netns import entered, write_sysctl
 from topologies import LinkSpec, Role
@@ -37,7 +38,6 @@ COMMON_SYSCTLS = (
     ("net.ipv6.conf.default.addr_gen_mode", 1),  # no link-local address: no MLD for it
     ("net.ipv6.fib_multipath_hash_policy", 1),  # 5-tuple ECMP hashing
 )
-ROUTER_SYSCTLS = (("net.ipv6.conf.all.forwarding", 1),)
 
 
 @dataclass
@@ -49,6 +49,7 @@ class NodeKernel:
     pid: int
     fd: int
     ipr: IPRoute
+    role: Role
     ifindex: dict[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -56,10 +57,10 @@ class NodeKernel:
         """Open the namespace of ``pid``, set its sysctls and a netlink socket in it."""
         fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
         with entered(fd):
-            for key, value in COMMON_SYSCTLS + (ROUTER_SYSCTLS if role is not Role.HOST else ()):
+            for key, value in COMMON_SYSCTLS:
                 write_sysctl(key, value)
             ipr = IPRoute()
-        return cls(name, netns, pid, fd, ipr)
+        return cls(name, netns, pid, fd, ipr, role)
 
     def close(self) -> None:
         """Close the netlink socket and the namespace fd."""
@@ -89,7 +90,10 @@ class NodeKernel:
         for iface in plan.interfaces:
             i = idx[iface.ifname]
             # MAC and up here, not at creation: veth peer attributes are not all honoured.
-            ipr.link("set", index=i, address=iface.mac, state="up")
+            # No ARP/ND and no multicast: neighbours are static, and MLD reports
+            # would otherwise trickle through the counters after every build.
+            ipr.link("set", index=i, address=iface.mac, flags=IFF_UP | IFF_NOARP,
+                     change=IFF_UP | IFF_NOARP | IFF_MULTICAST)
             ipr.addr("add", index=i, address=str(iface.address.ip),
                      prefixlen=iface.address.network.prefixlen, flags=IFA_F_NODAD)
             set_egress_queue(ipr, i, specs[iface.ifname], mtu)
@@ -111,6 +115,11 @@ class NodeKernel:
                                       for nh in route.nexthops]
             ipr.route("add", dst=str(route.dst.network_address),
                       dst_len=route.dst.prefixlen, **extra)
+        if self.role is not Role.HOST:
+            # Forwarding last: turned on while interfaces were multicast-capable it
+            # would join all-routers groups and send MLD reports.
+            with entered(self.fd):
+                write_sysctl("net.ipv6.conf.all.forwarding", 1)
 
 
 def set_egress_queue(ipr: IPRoute, index: int, spec: LinkSpec, mtu: int) -> None:
@@ -119,7 +128,7 @@ def set_egress_queue(ipr: IPRoute, index: int, spec: LinkSpec, mtu: int) -> None
     # A burst of at least two jumbo frames, or one timer tick of traffic, keeps
     # HTB exact at these rates without letting a backlog through at once.
     burst = max(2 * (mtu + 14), rate_bps // 8 // 1000 + mtu + 14)
-    ipr.tc("add", "htb", index, HTB_ROOT, default=HTB_CLASS)
+    ipr.tc("add", "htb", index, HTB_ROOT, default=HTB_CLASS & 0xFFFF)  # minor id
     ipr.tc("add-class", "htb", index, HTB_CLASS, parent=HTB_ROOT, rate=f"{rate_bps}bit",
            ceil=f"{rate_bps}bit", burst=burst, cburst=burst, quantum=mtu + 14)
     ipr.tc("add", "pfifo", index, FIFO_HANDLE, parent=HTB_CLASS, limit=spec.queue_packets)

@@ -1,0 +1,163 @@
+"""Paced UDP flows between fabric hosts, for throughput and drop measurements.
+
+Every flow is a socket in its source host's namespace (pinned to a path with
+an SRH, or left to ECMP); one thread paces all senders from a schedule, one
+thread drains every receiver. A datagram carries its flow id and sequence
+number, so the receiver counts exactly what each flow delivered.
+"""
+
+from __future__ import annotations
+
+import heapq
+import selectors
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+from emu.fabric import Fabric
+from emu.netns import entered
+from emu.srv6 import pin_socket, srh_option
+from topologies import Path
+
+_HDR = struct.Struct("!IQ")  # flow id, sequence number
+ETH_IPV6_UDP = 14 + 40 + 8
+BASE_PORT = 40000
+SO_RCVBUFFORCE = 33  # not exported by the socket module; root may exceed rmem_max
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One UDP flow: ``path`` pins it to a plane and spine; None leaves it to ECMP."""
+
+    src: str
+    dst: str
+    path: Path | None = None
+    sport: int = 0  # 0: any; a fixed port makes the ECMP hash reproducible
+
+
+@dataclass(frozen=True)
+class FlowResult:
+    """One flow's datagrams sent and delivered (whole run) and goodput (measured window)."""
+
+    flow: Flow
+    sent: int
+    received: int
+    goodput_mbit: float  # payload bits that arrived during the window, per second
+    frame_bytes: int  # bytes on the wire per datagram (the HTB counts these)
+
+    @property
+    def lost(self) -> int:
+        return self.sent - self.received
+
+
+def frame_bytes(payload: int, path: Path | None) -> int:
+    """Ethernet + IPv6 (+ SRH) + UDP + payload of one datagram."""
+    srh = len(srh_option(path)) if path is not None else 0
+    return ETH_IPV6_UDP + srh + payload
+
+
+def run_flows(fabric: Fabric, flows: list[Flow], rate_mbit: float, seconds: float,
+              payload: int = 8000, warmup: float = 0.3) -> list[FlowResult]:
+    """Offer every flow at ``rate_mbit`` (wire rate) for ``warmup + seconds``.
+
+    Goodput counts what arrived during the last ``seconds`` (real time), after
+    queues have filled and rate limits act. Datagrams the source's own NIC queue
+    could not take (the socket would block) are not sent: that is the NIC's
+    back-pressure, not loss. Returns one result per flow, in order.
+    """
+    spec = fabric.spec
+    if not _HDR.size <= payload <= spec.mtu - 112:
+        raise ValueError(f"payload={payload} must be in [{_HDR.size}, {spec.mtu - 112}] "
+                         f"for MTU {spec.mtu}")
+    if rate_mbit <= 0 or seconds <= 0:
+        raise ValueError(f"rate_mbit={rate_mbit} and seconds={seconds} must be > 0")
+    receivers: dict[str, socket.socket] = {}
+    senders: list[socket.socket] = []
+    try:
+        for f in flows:
+            if f.dst not in receivers:
+                with entered(fabric.node_kernel(f.dst).fd):
+                    r = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+                r.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
+                r.bind((str(spec.address(f.dst)), BASE_PORT))
+                r.setblocking(False)
+                receivers[f.dst] = r
+            with entered(fabric.node_kernel(f.src).fd):
+                s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            s.bind((str(spec.address(f.src)), f.sport))
+            if f.path is not None:
+                pin_socket(s, f.path)
+            s.connect((str(spec.address(f.dst)), BASE_PORT))
+            s.setblocking(False)
+            senders.append(s)
+        t0 = time.monotonic()
+        window = (t0 + warmup, t0 + warmup + seconds)
+        counts = [0] * len(flows)
+        in_window = [0] * len(flows)
+        stop = threading.Event()
+        rx = threading.Thread(target=_receive, args=(list(receivers.values()), counts, in_window,
+                                                     window, stop), daemon=True)
+        rx.start()
+        sent = _send(senders, flows, rate_mbit, payload, t0, window[1])
+        time.sleep(0.3)  # queues drain to the receivers before the totals close
+        stop.set()
+        rx.join()
+    finally:
+        for s in senders + list(receivers.values()):
+            s.close()
+    return [FlowResult(f, sent[i], counts[i], in_window[i] * payload * 8 / seconds / 1e6,
+                       frame_bytes(payload, f.path)) for i, f in enumerate(flows)]
+
+
+def _send(socks: list[socket.socket], flows: list[Flow], rate_mbit: float, payload: int,
+          t0: float, t_end: float) -> list[int]:
+    gaps = [frame_bytes(payload, f.path) * 8 / (rate_mbit * 1e6) for f in flows]
+    buf = bytearray(payload)
+    heap = [(t0 + i * gaps[i] / len(flows), i) for i in range(len(flows))]
+    seq = [0] * len(flows)
+    while True:
+        due, i = heap[0]
+        now = time.monotonic()
+        if now >= t_end:
+            return seq
+        if due > now:
+            time.sleep(min(due - now, 0.001))
+            continue
+        _HDR.pack_into(buf, 0, i, seq[i])
+        try:
+            socks[i].send(buf)
+            seq[i] += 1
+        except BlockingIOError:
+            pass  # the NIC queue is full: back-pressure, try at the next slot
+        # A sender that fell behind does not burst to catch up.
+        heapq.heapreplace(heap, (max(due + gaps[i], now - gaps[i]), i))
+
+
+def _receive(socks: list[socket.socket], counts: list[int], in_window: list[int],
+             window: tuple[float, float], stop: threading.Event) -> None:
+    sel = selectors.DefaultSelector()
+    for s in socks:
+        sel.register(s, selectors.EVENT_READ)
+    buf = bytearray(65536)
+    n_flows = len(counts)
+    t_a, t_b = window
+    while not stop.is_set():
+        for key, _ in sel.select(0.05):
+            s = key.fileobj
+            now = time.monotonic()
+            measured = t_a <= now < t_b
+            while True:
+                try:
+                    n = s.recv_into(buf)
+                except BlockingIOError:
+                    break
+                if n < _HDR.size:
+                    continue
+                fid = _HDR.unpack_from(buf, 0)[0]
+                if fid < n_flows:
+                    counts[fid] += 1
+                    if measured:
+                        in_window[fid] += 1
+    sel.close()
