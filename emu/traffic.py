@@ -46,6 +46,11 @@ class FlowResult:
     received: int
     goodput_mbit: float  # payload bits that arrived during the window, per second
     frame_bytes: int  # bytes on the wire per datagram (the HTB counts these)
+    payload: int
+
+    def ceiling_mbit(self, link_mbit: float) -> float:
+        """The goodput this flow gets alone on a link of ``link_mbit`` (headers cost wire time)."""
+        return link_mbit * self.payload / self.frame_bytes
 
     @property
     def lost(self) -> int:
@@ -108,7 +113,7 @@ def run_flows(fabric: Fabric, flows: list[Flow], rate_mbit: float, seconds: floa
         for s in senders + list(receivers.values()):
             s.close()
     return [FlowResult(f, sent[i], counts[i], in_window[i] * payload * 8 / seconds / 1e6,
-                       frame_bytes(payload, f.path)) for i, f in enumerate(flows)]
+                       frame_bytes(payload, f.path), payload) for i, f in enumerate(flows)]
 
 
 def _send(socks: list[socket.socket], flows: list[Flow], rate_mbit: float, payload: int,

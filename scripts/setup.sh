@@ -20,7 +20,7 @@ STAMP="$VENV/.scaleacross-installed"
 # python3-wheel is needed by Debian's setuptools 66 for the offline
 # (--no-build-isolation) editable install below.
 PACKAGES=(mininet iproute2 nftables tcpdump frr ruby python3-venv python3-wheel
-          iperf3 ethtool procps psmisc kmod)
+          iperf3 ethtool procps psmisc kmod iputils-ping)
 MODULES=(sch_htb veth)
 
 did=()

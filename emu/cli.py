@@ -1,0 +1,161 @@
+"""The `emu` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+from emu.errors import EmuError
+from topologies import LinkSpec, MultiPlaneClos, TopologyError
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    # Unwind like Ctrl-C, so every `with Fabric(...)` tears down.
+    raise KeyboardInterrupt
+
+
+def _spec(args: argparse.Namespace) -> MultiPlaneClos:
+    return MultiPlaneClos(
+        planes=args.planes, spines=args.spines, leaves=args.leaves,
+        hosts_per_leaf=args.hosts_per_leaf,
+        host_link=LinkSpec(args.rate, args.queue),
+        fabric_link=LinkSpec(args.fabric_rate if args.fabric_rate is not None else args.rate,
+                             args.queue),
+    )
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from emu import doctor
+
+    caps = doctor.check()
+    print(doctor.report(caps, args.json))
+    essential = {"root", "mininet", "namespaces", "veth", "seg6", "htb"}
+    return 0 if all(c.available for c in caps if c.name in essential) else 1
+
+
+def cmd_fabric(args: argparse.Namespace) -> int:
+    from emu.fabric import Fabric
+
+    spec = _spec(args)
+    with Fabric(spec, name=args.name, progress=_progress) as fab:
+        bt = fab.build_times
+        print(f"fabric {args.name!r} up: {len(spec.nodes)} namespaces, {len(spec.links)} links, "
+              f"{sum(len(p.routes) for p in fab.plans.values())} routes in {bt.total:.2f} s")
+        first, last = spec.hosts[0].name, spec.hosts[-1].name
+        print(f"  try: ip netns exec {fab.netns(first)} ping -c1 {spec.address(last)}")
+        if args.cli:
+            from mininet.cli import CLI
+
+            CLI(fab.net)
+        else:
+            print("  Ctrl-C tears it down")
+            while True:
+                time.sleep(3600)
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from emu import registry
+    from emu.errors import require_root
+
+    require_root("emu clean")
+    r = registry.clean(force=args.force)
+    if r.empty and not r.skipped_running:
+        print("nothing to clean")
+    else:
+        print(f"removed: fabrics {r.fabrics or '-'}, {r.processes} processes, "
+              f"{len(r.namespaces)} namespaces, {len(r.tmpdirs)} temp dirs")
+    for s in r.skipped_running:
+        print(f"left running: fabric {s} (its owner is alive; --force removes it)")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from emu.demo import run_demo
+
+    out = Path(args.out) if args.out else Path("results") / time.strftime("demo-%Y%m%d-%H%M%S")
+    res = run_demo(out, seconds=args.seconds, say=_progress)
+    ok = all(c["ok"] for c in res["path_checks"])
+    return 0 if ok else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from emu.bench import bench_fabric
+
+    res = bench_fabric(say=_progress, large=not args.quick)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `emu` (exposed for tests and docs)."""
+    p = argparse.ArgumentParser(prog="emu", description="scaleacross-emu: emulated multi-plane "
+                                "Clos fabrics with SRv6 source routing")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("doctor", help="probe kernel capabilities and what the emulator uses")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_doctor)
+
+    f = sub.add_parser("fabric", help="build a fabric and hold it (or open Mininet's CLI)")
+    dflt = MultiPlaneClos()
+    f.add_argument("--planes", type=int, default=dflt.planes)
+    f.add_argument("--spines", type=int, default=dflt.spines, help="spines per plane")
+    f.add_argument("--leaves", type=int, default=dflt.leaves, help="leaves (racks) per plane")
+    f.add_argument("--hosts-per-leaf", type=int, default=dflt.hosts_per_leaf)
+    f.add_argument("--rate", type=float, default=dflt.host_link.rate_mbit,
+                   help="link rate in Mbit/s (host links, and fabric links unless --fabric-rate)")
+    f.add_argument("--fabric-rate", type=float, default=None, help="leaf-spine rate, Mbit/s")
+    f.add_argument("--queue", type=int, default=dflt.host_link.queue_packets,
+                   help="egress FIFO depth in packets")
+    f.add_argument("--name", default="emu", help="fabric name (netns names sae-NAME-...)")
+    f.add_argument("--cli", action="store_true", help="open Mininet's CLI on the fabric")
+    f.set_defaults(func=cmd_fabric)
+
+    c = sub.add_parser("clean", help="remove everything left by crashed runs")
+    c.add_argument("--force", action="store_true", help="also fabrics whose owner is alive")
+    c.set_defaults(func=cmd_clean)
+
+    m = sub.add_parser("demo", help="build the default fabric, verify and measure its paths")
+    m.add_argument("--out", help="results directory (default results/demo-TIMESTAMP)")
+    m.add_argument("--seconds", type=float, default=1.0, help="measurement window per test")
+    m.set_defaults(func=cmd_demo)
+
+    b = sub.add_parser("bench", help="benchmarks")
+    bsub = b.add_subparsers(dest="bench", required=True)
+    bf = bsub.add_parser("fabric", help="build/teardown time vs plain Mininet")
+    bf.add_argument("--json", action="store_true")
+    bf.add_argument("--quick", action="store_true", help="reference graph only")
+    bf.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `emu`."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return args.func(args)
+    except (EmuError, TopologyError, ValueError) as e:
+        print(f"emu: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; torn down", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
