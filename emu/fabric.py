@@ -105,7 +105,8 @@ class Fabric:
     def _build(self) -> None:
         spec = self.spec
         t0 = time.monotonic()
-        self._state = registry.FabricState(self.name, os.getpid())
+        self._state = registry.FabricState(self.name, os.getpid(),
+                                           registry.start_time(os.getpid()) or 0)
         self._state.save()
         self._progress(f"starting {len(spec.nodes)} namespaces")
         topo = MultiPlaneClosTopo(spec, router_cls=LinuxRouter)

@@ -36,6 +36,7 @@ class FabricState:
 
     fabric: str
     owner_pid: int
+    owner_start: int = 0  # the owner's start time (clock ticks): guards against pid reuse
     namespaces: dict[str, dict] = field(default_factory=dict)  # node -> {netns, pid, inode}
     tmpdirs: list[str] = field(default_factory=list)
 
@@ -57,24 +58,35 @@ class FabricState:
         return cls(**json.loads(path.read_text()))
 
 
-def pid_alive(pid: int) -> bool:
+def start_time(pid: int) -> int | None:
+    """A process's start time in clock ticks, None if it is gone or a zombie."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def pid_alive(pid: int) -> bool:
+    """True if ``pid`` runs (a zombie is dead)."""
+    return start_time(pid) is not None
+
+
+def owner_alive(st: FabricState) -> bool:
+    """True if the process that built fabric ``st`` still runs (this one included)."""
+    started = start_time(st.owner_pid)
+    return started is not None and (not st.owner_start or started == st.owner_start)
 
 
 def running_states() -> list[FabricState]:
     """State files of fabrics whose owner process is still alive."""
-    return [s for s in _states() if pid_alive(s.owner_pid) and s.owner_pid != os.getpid()]
+    return [s for s in _states() if owner_alive(s)]
 
 
 def stale_states() -> list[FabricState]:
     """State files left by runs that died without tearing down."""
-    return [s for s in _states() if not pid_alive(s.owner_pid) or s.owner_pid == os.getpid()]
+    return [s for s in _states() if not owner_alive(s)]
 
 
 def _states() -> list[FabricState]:
@@ -116,18 +128,10 @@ def kill_all(pids: list[int], timeout: float = 2.0) -> None:
                 if os.waitpid(pid, os.WNOHANG)[0] == pid or not pid_alive(pid):
                     pending.discard(pid)
             except ChildProcessError:
-                if not pid_alive(pid) or _is_zombie(pid):
+                if not pid_alive(pid):
                     pending.discard(pid)
         if pending:
             time.sleep(0.005)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 @dataclass
@@ -157,7 +161,7 @@ def clean(force: bool = False, only: str | None = None) -> CleanReport:
     for st in states:
         if only is not None and st.fabric != only:
             continue
-        if pid_alive(st.owner_pid) and st.owner_pid != os.getpid() and not force:
+        if owner_alive(st) and not force:
             report.skipped_running.append(f"{st.fabric} (pid {st.owner_pid})")
             continue
         report.fabrics.append(st.fabric)

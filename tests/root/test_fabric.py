@@ -1,9 +1,8 @@
 """Root-only integration tests of a running fabric (namespaces, veths, queues, SRv6).
 
-Lifecycle tests (teardown, crash recovery, privilege check) come first: they
-build fabrics of their own and call ``registry.clean()``, which also treats a
-fabric owned by this very process as stale, so they run before the shared
-``fabric`` fixture of conftest.py is built. Traffic tests then share one fabric.
+Lifecycle tests (teardown, crash recovery, privilege check) build fabrics of
+their own; traffic tests share the ``fabric`` fixture of conftest.py. Run them
+in a throwaway network namespace: ``unshare --net .venv/bin/python -m pytest tests/root``.
 """
 
 from __future__ import annotations
@@ -63,15 +62,6 @@ def wait_gone(pids: list[int], timeout: float = 5.0) -> None:
             return
         time.sleep(0.01)
     pytest.fail(f"processes {[p for p in pids if not gone(p)]} still run after {timeout} s")
-
-
-def require_no_fabric_of_this_process() -> None:
-    """registry.clean() removes fabrics owned by the calling process too: never run it
-    while a fabric of this test process is up (it would silently destroy it)."""
-    own = [s.fabric for s in registry.stale_states() if s.owner_pid == os.getpid()]
-    if own:
-        pytest.fail(f"fabrics {own} of this process are up: registry.clean() would remove "
-                    "them; run the lifecycle tests before the shared-fabric tests")
 
 
 def udp_socket(fab: Fabric, host: str, port: int = 0, path: Path | None = None) -> socket.socket:
@@ -163,9 +153,11 @@ def crash_a_fabric(spec_args: str) -> list[int]:
         "from topologies import MultiPlaneClos\n"
         f"fab = Fabric(MultiPlaneClos({spec_args}), name='crash')\n"
         "fab.start()\n"
+        "quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,\n"
+        "             stderr=subprocess.DEVNULL, start_new_session=True)\n"
         "for k in fab.kernels.values():\n"
         "    with entered(k.fd):\n"
-        "        p = subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+        "        p = subprocess.Popen(['sleep', '600'], **quiet)\n"
         "    print(p.pid, flush=True)\n"
         "os._exit(1)\n"
     )
@@ -197,8 +189,8 @@ def test_teardown_leaves_no_namespace_process_or_veth():
         assert None not in inodes and len(inodes) == len(SMALL_SPEC.nodes)
         assert ns_inode("self") not in inodes
         assert sorted(registry.processes_in(inodes)) == sorted(pids)  # one shell per node
-        state = fab._state.path
-        assert state.exists()
+        state = registry.STATE_DIR / "fabric-teardown.json"
+        assert registry.FabricState.load(state).owner_pid == os.getpid()
     finally:
         fab.stop()
     assert our_netns_names() == names_before
@@ -211,8 +203,18 @@ def test_teardown_leaves_no_namespace_process_or_veth():
 
 
 def test_registry_clean_removes_a_crashed_fabric():
-    require_no_fabric_of_this_process()
     registry.clean(only="crash")  # leftovers of an interrupted earlier run of this test
+    live = Fabric(SMALL_SPEC, name="live")  # a running fabric of this very process
+    try:
+        live.start()
+        _crash_and_clean(live)
+    finally:
+        live.stop()
+
+
+def _crash_and_clean(live: Fabric) -> None:
+    live_names = {k.netns for k in live.kernels.values()}
+    live_pids = [k.pid for k in live.kernels.values()]
     sleepers = crash_a_fabric(SMALL_ARGS)
     assert len(sleepers) == len(SMALL_SPEC.nodes)
     assert CRASH_STATE.exists()
@@ -232,8 +234,12 @@ def test_registry_clean_removes_a_crashed_fabric():
     report = registry.clean()
 
     assert "crash" in report.fabrics
+    assert "live" not in report.fabrics
+    assert f"live (pid {os.getpid()})" in report.skipped_running
+    assert live_names <= our_netns_names()
+    assert [p for p in live_pids if gone(p)] == []
     assert CRASH_NAMES <= set(report.namespaces)
-    assert report.processes >= len(sleepers)
+    assert len(sleepers) <= report.processes <= len(sleepers) + len(pids)
     assert not CRASH_NAMES & our_netns_names()
     assert not CRASH_STATE.exists()
     wait_gone(sleepers + pids)
@@ -242,7 +248,6 @@ def test_registry_clean_removes_a_crashed_fabric():
 
 
 def test_new_fabric_of_a_crashed_name_cleans_it_first():
-    require_no_fabric_of_this_process()
     registry.clean(only="crash")
     sleepers = crash_a_fabric(SMALL_ARGS)
     old = registry.FabricState.load(CRASH_STATE)
