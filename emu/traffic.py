@@ -9,6 +9,7 @@ number, so the receiver counts exactly what each flow delivered.
 from __future__ import annotations
 
 import heapq
+import random
 import selectors
 import socket
 import struct
@@ -64,13 +65,15 @@ def frame_bytes(payload: int, path: Path | None) -> int:
 
 
 def run_flows(fabric: Fabric, flows: list[Flow], rate_mbit: float, seconds: float,
-              payload: int = 8000, warmup: float = 0.3) -> list[FlowResult]:
+              payload: int = 8000, warmup: float = 0.3, seed: int = 0) -> list[FlowResult]:
     """Offer every flow at ``rate_mbit`` (wire rate) for ``warmup + seconds``.
 
     Goodput counts what arrived during the last ``seconds`` (real time), after
     queues have filled and rate limits act. Datagrams the source's own NIC queue
     could not take (the socket would block) are not sent: that is the NIC's
-    back-pressure, not loss. Returns one result per flow, in order.
+    back-pressure, not loss. Send gaps are jittered by up to +-10 % (seeded),
+    so flows sharing a tail-drop queue do not phase-lock onto who gets dropped.
+    Returns one result per flow, in order.
     """
     spec = fabric.spec
     if not _HDR.size <= payload <= spec.mtu - 112:
@@ -105,7 +108,7 @@ def run_flows(fabric: Fabric, flows: list[Flow], rate_mbit: float, seconds: floa
         rx = threading.Thread(target=_receive, args=(list(receivers.values()), counts, in_window,
                                                      window, stop), daemon=True)
         rx.start()
-        sent = _send(senders, flows, rate_mbit, payload, t0, window[1])
+        sent = _send(senders, flows, rate_mbit, payload, t0, window[1], random.Random(seed))
         time.sleep(0.3)  # queues drain to the receivers before the totals close
         stop.set()
         rx.join()
@@ -117,8 +120,11 @@ def run_flows(fabric: Fabric, flows: list[Flow], rate_mbit: float, seconds: floa
 
 
 def _send(socks: list[socket.socket], flows: list[Flow], rate_mbit: float, payload: int,
-          t0: float, t_end: float) -> list[int]:
+          t0: float, t_end: float, rng: random.Random) -> list[int]:
     gaps = [frame_bytes(payload, f.path) * 8 / (rate_mbit * 1e6) for f in flows]
+    # Pre-drawn jitter factors (mean 1): no random draw on the send path.
+    jitter = [0.9 + 0.2 * rng.random() for _ in range(1024)]
+    n = 0
     buf = bytearray(payload)
     heap = [(t0 + i * gaps[i] / len(flows), i) for i in range(len(flows))]
     seq = [0] * len(flows)
@@ -137,7 +143,8 @@ def _send(socks: list[socket.socket], flows: list[Flow], rate_mbit: float, paylo
         except BlockingIOError:
             pass  # the NIC queue is full: back-pressure, try at the next slot
         # A sender that fell behind does not burst to catch up.
-        heapq.heapreplace(heap, (max(due + gaps[i], now - gaps[i]), i))
+        n = (n + 1) & 1023
+        heapq.heapreplace(heap, (max(due + gaps[i] * jitter[n], now - gaps[i]), i))
 
 
 def _receive(socks: list[socket.socket], counts: list[int], in_window: list[int],
