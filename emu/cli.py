@@ -43,23 +43,40 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_fabric(args: argparse.Namespace) -> int:
+    from emu import timeline as tl
     from emu.fabric import Fabric
 
     spec = _spec(args)
+    events = None
+    if args.timeline:
+        events = tl.load(args.timeline)
+        events.validate(spec)  # before anything is built
     with Fabric(spec, name=args.name, progress=_progress) as fab:
         bt = fab.build_times
         print(f"fabric {args.name!r} up: {len(spec.nodes)} namespaces, {len(spec.links)} links, "
               f"{sum(len(p.routes) for p in fab.plans.values())} routes in {bt.total:.2f} s")
         first, last = spec.hosts[0].name, spec.hosts[-1].name
         print(f"  try: ip netns exec {fab.netns(first)} ping -c1 {spec.address(last)}")
-        if args.cli:
-            from mininet.cli import CLI
+        runner = None
+        if events is not None:
+            runner = tl.TimelineRunner(fab, events, lambda rec: print(json.dumps(rec), flush=True))
+            print(f"  timeline {args.timeline}: {len(events.events)} events over "
+                  f"{events.duration:g} s (one JSON line per event as it fires)")
+            runner.start()
+        try:
+            if args.cli:
+                from mininet.cli import CLI
 
-            CLI(fab.net)
-        else:
-            print("  Ctrl-C tears it down")
-            while True:
-                time.sleep(3600)
+                CLI(fab.net)
+            elif runner is not None and not args.hold:
+                runner.join()
+            else:
+                print("  Ctrl-C tears it down")
+                while True:
+                    time.sleep(3600)
+        finally:
+            if runner is not None:
+                runner.stop()
     return 0
 
 
@@ -121,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="egress FIFO depth in packets")
     f.add_argument("--name", default="emu", help="fabric name (netns names sae-NAME-...)")
     f.add_argument("--cli", action="store_true", help="open Mininet's CLI on the fabric")
+    f.add_argument("--timeline", help="a failure timeline (.py or .toml) to fire once built")
+    f.add_argument("--hold", action="store_true",
+                   help="with --timeline: keep the fabric up after the last event")
     f.set_defaults(func=cmd_fabric)
 
     c = sub.add_parser("clean", help="remove everything left by crashed runs")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
@@ -17,7 +18,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import IFF_MULTICAST, IFF_NOARP, IFF_UP
 
 from emu.netns import entered, write_sysctl
 from topologies import LinkSpec, Role
-from topologies.routing import NodePlan
+from topologies.routing import NodePlan, Route
 
 NUD_PERMANENT = 0x80
 HTB_ROOT = 0x10000  # 1:
@@ -38,34 +39,63 @@ COMMON_SYSCTLS = (
     ("net.ipv6.conf.default.addr_gen_mode", 1),  # no link-local address: no MLD for it
     ("net.ipv6.fib_multipath_hash_policy", 1),  # 5-tuple ECMP hashing
 )
+# A switch stops using a port the instant it loses light (carrier down), as a
+# real switch does; remote switches learn of it only through a control plane.
+SWITCH_SYSCTLS = (("net.ipv6.conf.all.ignore_routes_with_linkdown", 1),)
+# Under a control plane, an admin-down port keeps its addresses (its fe80:: one
+# is BGP's next hop), so bringing it back up needs no re-addressing.
+CONTROL_PLANE_SYSCTLS = (("net.ipv6.conf.all.keep_addr_on_down", 1),)
 
 
 @dataclass
 class NodeKernel:
-    """A handle on one node's namespace: its fd, pid and a netlink socket inside it."""
+    """A handle on one node's namespace: its fd, pid and netlink sockets inside it.
+
+    pyroute2's synchronous IPRoute quietly opens a new socket per thread, in
+    that thread's current namespace; ``ipr`` therefore hands each thread its own
+    socket, opened inside this node's namespace.
+    """
 
     name: str
     netns: str
     pid: int
     fd: int
-    ipr: IPRoute
+    _main_ipr: IPRoute
     role: Role
     ifindex: dict[str, int] = field(default_factory=dict)
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+    _opened: list[IPRoute] = field(default_factory=list, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def ipr(self) -> IPRoute:
+        """A netlink socket in this namespace, usable from the calling thread."""
+        if threading.current_thread() is threading.main_thread():
+            return self._main_ipr
+        ipr = getattr(self._local, "ipr", None)
+        if ipr is None:
+            with entered(self.fd):
+                ipr = IPRoute()
+            self._local.ipr = ipr
+            with self._lock:
+                self._opened.append(ipr)
+        return ipr
 
     @classmethod
     def open(cls, name: str, netns: str, pid: int, role: Role) -> NodeKernel:
         """Open the namespace of ``pid``, set its sysctls and a netlink socket in it."""
         fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
         with entered(fd):
-            for key, value in COMMON_SYSCTLS:
+            for key, value in COMMON_SYSCTLS + (SWITCH_SYSCTLS if role is not Role.HOST else ()):
                 write_sysctl(key, value)
             ipr = IPRoute()
         return cls(name, netns, pid, fd, ipr, role)
 
     def close(self) -> None:
-        """Close the netlink socket and the namespace fd."""
+        """Close the netlink sockets and the namespace fd."""
         try:
-            self.ipr.close()
+            for ipr in [self._main_ipr, *self._opened]:
+                ipr.close()
         finally:
             os.close(self.fd)
 
@@ -83,6 +113,10 @@ class NodeKernel:
     def apply(self, plan: NodePlan, specs: dict[str, LinkSpec], mtu: int) -> None:
         """Install addresses, static neighbours, egress queues and routes of ``plan``."""
         ipr, idx = self.ipr, self.ifindex
+        if plan.control_plane:
+            with entered(self.fd):
+                for key, value in CONTROL_PLANE_SYSCTLS:
+                    write_sysctl(key, value)
         ipr.link("set", index=idx["lo"], state="up")
         if plan.loopback is not None:
             ipr.addr("add", index=idx["lo"], address=str(plan.loopback.ip),
@@ -90,36 +124,54 @@ class NodeKernel:
         for iface in plan.interfaces:
             i = idx[iface.ifname]
             # MAC and up here, not at creation: veth peer attributes are not all honoured.
-            # No ARP/ND and no multicast: neighbours are static, and MLD reports
-            # would otherwise trickle through the counters after every build.
-            ipr.link("set", index=i, address=iface.mac, flags=IFF_UP | IFF_NOARP,
+            if iface.link_local is None:
+                # No ARP/ND and no multicast: neighbours are static, and MLD reports
+                # would otherwise trickle through the counters after every build.
+                flags = IFF_UP | IFF_NOARP
+            else:
+                # A control-plane link: ND, RAs and BFD/BGP to the peer's link-local.
+                flags = IFF_UP | IFF_MULTICAST
+            ipr.link("set", index=i, address=iface.mac, flags=flags,
                      change=IFF_UP | IFF_NOARP | IFF_MULTICAST)
             ipr.addr("add", index=i, address=str(iface.address.ip),
                      prefixlen=iface.address.network.prefixlen, flags=IFA_F_NODAD)
+            if iface.link_local is not None:
+                ipr.addr("add", index=i, address=str(iface.link_local.ip),
+                         prefixlen=iface.link_local.network.prefixlen, flags=IFA_F_NODAD)
             set_egress_queue(ipr, i, specs[iface.ifname], mtu)
         for n in plan.neighbors:
             ipr.neigh("add", dst=str(n.address), lladdr=n.mac, ifindex=idx[n.ifname],
                       state=NUD_PERMANENT)
         for route in plan.routes:
-            if route.seg6local_end:
-                ipr.route("add", dst=str(route.dst.network_address), dst_len=128,
-                          oif=idx[route.nexthops[0].ifname],
-                          encap={"type": "seg6local", "action": "End"})
-                continue
-            extra = {"prefsrc": str(route.src)} if route.src is not None else {}
-            if len(route.nexthops) == 1:
-                nh = route.nexthops[0]
-                extra.update(gateway=str(nh.gateway), oif=idx[nh.ifname])
-            else:
-                extra["multipath"] = [{"gateway": str(nh.gateway), "oif": idx[nh.ifname]}
-                                      for nh in route.nexthops]
-            ipr.route("add", dst=str(route.dst.network_address),
-                      dst_len=route.dst.prefixlen, **extra)
+            self.install_route(route)
         if self.role is not Role.HOST:
             # Forwarding last: turned on while interfaces were multicast-capable it
             # would join all-routers groups and send MLD reports.
             with entered(self.fd):
                 write_sysctl("net.ipv6.conf.all.forwarding", 1)
+
+    def install_route(self, route: Route, replace: bool = False) -> None:
+        """Install one planned route (``replace``: overwrite a route of the same destination).
+
+        Used by ``apply`` and to restore a node's routes through an interface that
+        came back up (admin-down deletes single-path routes through the device).
+        """
+        ipr, idx = self.ipr, self.ifindex
+        cmd = "replace" if replace else "add"
+        if route.seg6local_end:
+            ipr.route(cmd, dst=str(route.dst.network_address), dst_len=route.dst.prefixlen,
+                      oif=idx[route.nexthops[0].ifname],
+                      encap={"type": "seg6local", "action": "End"})
+            return
+        extra: dict = {"prefsrc": str(route.src)} if route.src is not None else {}
+        if len(route.nexthops) == 1:
+            nh = route.nexthops[0]
+            extra.update(gateway=str(nh.gateway), oif=idx[nh.ifname])
+        else:
+            extra["multipath"] = [{"gateway": str(nh.gateway), "oif": idx[nh.ifname]}
+                                  for nh in route.nexthops]
+        ipr.route(cmd, dst=str(route.dst.network_address), dst_len=route.dst.prefixlen,
+                  **extra)
 
 
 def set_egress_queue(ipr: IPRoute, index: int, spec: LinkSpec, mtu: int) -> None:

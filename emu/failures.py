@@ -1,0 +1,277 @@
+"""Failure and impairment primitives on a running fabric.
+
+Each primitive is a frozen dataclass (what to break), validated against the
+topology before anything runs, with ``apply(fab)`` and ``restore(fab)``:
+
+* ``LinkDown``: both veth ends down, as a cut cable (local switches see it at
+  once; remote switches only through the control plane).
+* ``SwitchDown`` / ``PlaneDown``: every link of a switch / of a plane.
+* ``LinkFlap``: a link going down and up with a period and duty cycle.
+* ``GrayLink``: random loss of a fraction of packets, both directions, by
+  nftables ``numgen random`` in the switch end's namespace.
+* ``RateDegrade``: the link's HTB rate changed at run time (both directions).
+
+Admin-down deletes the routes through the interface, so a restore brings the
+interface up and re-installs its addresses, neighbour and planned routes.
+``apply`` returns a handle (None for most kinds) that ``restore`` gets back:
+a flap's running thread lives there, not in the frozen description.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from dataclasses import dataclass, replace
+
+from emu.errors import EmuError
+from emu.fabric import Fabric
+from emu.kernel import HTB_CLASS, HTB_ROOT, NUD_PERMANENT
+from topologies import Link, LinkSpec, MultiPlaneClos, Role, TopologyError
+
+
+def _check_link(spec: MultiPlaneClos, name: str) -> Link:
+    try:
+        return spec.link(name)
+    except TopologyError as e:
+        raise EmuError(str(e)) from None
+
+
+def _ends(link: Link) -> tuple[tuple[str, str], tuple[str, str]]:
+    return (link.a.node, link.a.ifname), (link.b.node, link.b.ifname)
+
+
+def _set_links_state(fab: Fabric, links: tuple[Link, ...], up: bool) -> None:
+    ends = [end for lk in links for end in _ends(lk)]
+    for node, ifname in ends:
+        k = fab.kernels[node]
+        k.ipr.link("set", index=k.ifindex[ifname], state="up" if up else "down")
+    if not up:
+        return
+    # Admin-down removed addresses, neighbours and routes through these ports. Put
+    # back addresses and neighbours everywhere first: a multipath route needs all
+    # of its gateways reachable.
+    for node, ifname in ends:
+        plan, k = fab.plans[node], fab.kernels[node]
+        idx = k.ifindex[ifname]
+        iface = next(i for i in plan.interfaces if i.ifname == ifname)
+        k.ipr.addr("replace", index=idx, address=str(iface.address.ip),
+                   prefixlen=iface.address.network.prefixlen)
+        for n in plan.neighbors:
+            if n.ifname == ifname:
+                k.ipr.neigh("replace", dst=str(n.address), lladdr=n.mac, ifindex=idx,
+                            state=NUD_PERMANENT)
+    for node in dict.fromkeys(node for node, _ in ends):
+        ports = {ifname for n, ifname in ends if n == node}
+        for route in fab.plans[node].routes:
+            if any(nh.ifname in ports for nh in route.nexthops):
+                fab.kernels[node].install_route(route, replace=True)
+
+
+def _links_of_switch(spec: MultiPlaneClos, switch: str) -> tuple[Link, ...]:
+    return tuple(lk for lk in spec.links if switch in (lk.a.node, lk.b.node))
+
+
+@dataclass(frozen=True)
+class LinkDown:
+    """A cut cable: both ends of ``link`` (e.g. "p0l0-p0s1" or "h3-p0l0") go down."""
+
+    link: str
+
+    def validate(self, spec: MultiPlaneClos) -> None:
+        _check_link(spec, self.link)
+
+    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+        return (_check_link(spec, self.link),)
+
+    def apply(self, fab: Fabric) -> None:
+        _set_links_state(fab, self.links(fab.spec), up=False)
+
+    def restore(self, fab: Fabric, handle: object = None) -> None:
+        _set_links_state(fab, self.links(fab.spec), up=True)
+
+    def describe(self) -> dict:
+        return {"kind": "link_down", "link": self.link}
+
+
+@dataclass(frozen=True)
+class SwitchDown:
+    """A dead switch: every link of ``switch`` (a leaf or spine name) goes down."""
+
+    switch: str
+
+    def validate(self, spec: MultiPlaneClos) -> None:
+        try:
+            node = spec.node(self.switch)
+        except TopologyError as e:
+            raise EmuError(str(e)) from None
+        if node.role is Role.HOST:
+            valid = ", ".join(n.name for n in spec.switches[:8])
+            raise EmuError(f"{self.switch!r} is a host, not a switch; switches: {valid}, ...")
+
+    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+        return _links_of_switch(spec, self.switch)
+
+    apply = LinkDown.apply
+    restore = LinkDown.restore
+
+    def describe(self) -> dict:
+        return {"kind": "switch_down", "switch": self.switch}
+
+
+@dataclass(frozen=True)
+class PlaneDown:
+    """A whole plane fails: every host NIC and fabric link of ``plane``."""
+
+    plane: int
+
+    def validate(self, spec: MultiPlaneClos) -> None:
+        if isinstance(self.plane, bool) or not isinstance(self.plane, int) or not (
+                0 <= self.plane < spec.planes):
+            raise EmuError(f"plane={self.plane!r} is invalid: valid planes are "
+                           f"0..{spec.planes - 1}")
+
+    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+        return tuple(lk for lk in spec.links if lk.plane == self.plane)
+
+    apply = LinkDown.apply
+    restore = LinkDown.restore
+
+    def describe(self) -> dict:
+        return {"kind": "plane_down", "plane": self.plane}
+
+
+@dataclass(frozen=True)
+class LinkFlap:
+    """``link`` goes down for ``duty * period_s`` of every ``period_s``, until restored."""
+
+    link: str
+    period_s: float
+    duty: float = 0.5
+
+    def validate(self, spec: MultiPlaneClos) -> None:
+        _check_link(spec, self.link)
+        if not 0.02 <= self.period_s <= 3600:
+            raise EmuError(f"period_s={self.period_s} is invalid: must be in [0.02, 3600]")
+        if not 0 < self.duty < 1:
+            raise EmuError(f"duty={self.duty} is invalid: must be in (0, 1) (fraction down)")
+
+    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+        return (_check_link(spec, self.link),)
+
+    def apply(self, fab: Fabric) -> tuple[threading.Event, threading.Thread]:
+        lk = _check_link(fab.spec, self.link)
+        stop = threading.Event()
+
+        def flap() -> None:
+            down, up = self.period_s * self.duty, self.period_s * (1 - self.duty)
+            while not stop.is_set():
+                _set_links_state(fab, (lk,), up=False)
+                if stop.wait(down):
+                    break
+                _set_links_state(fab, (lk,), up=True)
+                stop.wait(up)
+            _set_links_state(fab, (lk,), up=True)
+
+        t = threading.Thread(target=flap, name=f"flap-{self.link}", daemon=True)
+        t.start()
+        return stop, t
+
+    def restore(self, fab: Fabric, handle: object = None) -> None:
+        stop, t = handle  # type: ignore[misc]
+        stop.set()
+        t.join()
+
+    def describe(self) -> dict:
+        return {"kind": "link_flap", "link": self.link, "period_s": self.period_s,
+                "duty": self.duty}
+
+
+@dataclass(frozen=True)
+class GrayLink:
+    """Random loss of ``loss`` of the packets on ``link``, each direction independently."""
+
+    link: str
+    loss: float
+
+    def validate(self, spec: MultiPlaneClos) -> None:
+        _check_link(spec, self.link)
+        if isinstance(self.loss, bool) or not 0 <= self.loss <= 1:
+            raise EmuError(f"loss={self.loss!r} is invalid: must be a fraction in [0, 1]")
+
+    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+        return (_check_link(spec, self.link),)
+
+    def _switch_end(self, spec: MultiPlaneClos) -> tuple[str, str]:
+        lk = _check_link(spec, self.link)
+        # Host links: the leaf end (b). Fabric links: the leaf end (a); both see both directions.
+        return (lk.b.node, lk.b.ifname) if lk.tier == "host" else (lk.a.node, lk.a.ifname)
+
+    def table(self, spec: MultiPlaneClos) -> str:
+        return f"sae_gray_{self._switch_end(spec)[1]}"
+
+    def apply(self, fab: Fabric) -> None:
+        node, ifname = self._switch_end(fab.spec)
+        threshold = round(self.loss * 1_000_000)
+        table = self.table(fab.spec)
+        rules = (f"table inet {table} {{\n chain gray {{\n"
+                 "  type filter hook forward priority -10; policy accept;\n"
+                 f'  iifname "{ifname}" numgen random mod 1000000 < {threshold} counter drop\n'
+                 f'  oifname "{ifname}" numgen random mod 1000000 < {threshold} counter drop\n'
+                 " }\n}\n")
+        _nft(fab, node, rules)
+
+    def restore(self, fab: Fabric, handle: object = None) -> None:
+        node, _ = self._switch_end(fab.spec)
+        _nft(fab, node, f"delete table inet {self.table(fab.spec)}\n")
+
+    def describe(self) -> dict:
+        return {"kind": "gray_link", "link": self.link, "loss": self.loss}
+
+
+def _nft(fab: Fabric, node: str, script: str) -> None:
+    p = subprocess.run(["nsenter", f"--net=/run/netns/{fab.netns(node)}", "nft", "-f", "-"],
+                       input=script, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise EmuError(f"nft in {node} failed: {p.stderr.strip()}")
+
+
+@dataclass(frozen=True)
+class RateDegrade:
+    """``link`` runs at ``rate_mbit`` (both directions) until restored."""
+
+    link: str
+    rate_mbit: float
+
+    def validate(self, spec: MultiPlaneClos) -> None:
+        lk = _check_link(spec, self.link)
+        try:
+            replace(lk.spec, rate_mbit=self.rate_mbit)
+        except TopologyError as e:
+            raise EmuError(str(e)) from None
+
+    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+        return (_check_link(spec, self.link),)
+
+    def _set(self, fab: Fabric, spec: LinkSpec) -> None:
+        lk = _check_link(fab.spec, self.link)
+        rate_bps = int(spec.rate_mbit * 1_000_000)
+        mtu = fab.spec.mtu
+        burst = max(2 * (mtu + 14), rate_bps // 8 // 1000 + mtu + 14)
+        for node, ifname in _ends(lk):
+            k = fab.kernels[node]
+            k.ipr.tc("change-class", "htb", k.ifindex[ifname], HTB_CLASS, parent=HTB_ROOT,
+                     rate=f"{rate_bps}bit", ceil=f"{rate_bps}bit", burst=burst, cburst=burst,
+                     quantum=mtu + 14)
+
+    def apply(self, fab: Fabric) -> None:
+        lk = _check_link(fab.spec, self.link)
+        self._set(fab, replace(lk.spec, rate_mbit=self.rate_mbit))
+
+    def restore(self, fab: Fabric, handle: object = None) -> None:
+        self._set(fab, _check_link(fab.spec, self.link).spec)
+
+    def describe(self) -> dict:
+        return {"kind": "rate_degrade", "link": self.link, "rate_mbit": self.rate_mbit}
+
+
+Failure = LinkDown | SwitchDown | PlaneDown | LinkFlap | GrayLink | RateDegrade

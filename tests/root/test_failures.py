@@ -1,0 +1,174 @@
+"""Failure primitives proven by traffic on a real fabric (root)."""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+
+import pytest
+
+from emu.counters import interface_packets
+from emu.fabric import Fabric
+from emu.failures import GrayLink, LinkDown, LinkFlap, PlaneDown, RateDegrade, SwitchDown
+from emu.netns import entered
+from emu.srv6 import pin_socket
+from emu.timeline import Timeline, TimelineRunner, at, fail_link, gray_link, restore
+from emu.traffic import Flow, run_flows
+from topologies import MultiPlaneClos
+
+pytestmark = pytest.mark.root
+
+SPEC = MultiPlaneClos(planes=2, spines=2, leaves=2, hosts_per_leaf=1)
+PORT = 43000
+
+
+@pytest.fixture(scope="module")
+def fab():
+    with Fabric(SPEC, name="failtest") as f:
+        yield f
+
+
+def probes(fab: Fabric, src: str, dst: str, plane: int, spine: int, n: int = 20) -> int:
+    """Send ``n`` probes pinned to (plane, spine); return how many arrived."""
+    spec = fab.spec
+    with entered(fab.node_kernel(dst).fd):
+        rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    with entered(fab.node_kernel(src).fd):
+        tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        rx.bind((str(spec.address(dst)), PORT))
+        rx.settimeout(0.3)
+        tx.bind((str(spec.address(src)), 0))
+        pin_socket(tx, spec.path(src, dst, plane, spine))
+        for i in range(n):
+            try:
+                tx.sendto(i.to_bytes(4, "big"), (str(spec.address(dst)), PORT))
+            except OSError:
+                pass  # no route (the leaf's own uplink is down): the probe is lost
+        got = set()
+        try:
+            while len(got) < n:
+                got.add(int.from_bytes(rx.recv(16), "big"))
+        except TimeoutError:
+            pass
+        return len(got)
+    finally:
+        rx.close()
+        tx.close()
+
+
+def all_paths_ok(fab: Fabric) -> bool:
+    return all(probes(fab, "h0", "h1", p, s, 5) == 5 and probes(fab, "h1", "h0", p, s, 5) == 5
+               for p in range(SPEC.planes) for s in range(SPEC.spines))
+
+
+def test_cut_link_carries_nothing_and_restores(fab):
+    cut = LinkDown("p0l0-p0s1")
+    cut.validate(fab.spec)
+    before = {n: interface_packets(fab.kernels[n]) for n in ("p0l0", "p0s1")}
+    cut.apply(fab)
+    try:
+        assert probes(fab, "h0", "h1", 0, 1) == 0
+        assert probes(fab, "h1", "h0", 0, 1) == 0
+        assert probes(fab, "h0", "h1", 0, 0) == 20  # the other spine is untouched
+        after = {n: interface_packets(fab.kernels[n]) for n in ("p0l0", "p0s1")}
+        # Nothing crossed the cut cable in either direction.
+        assert after["p0l0"]["s1"][1] == before["p0l0"]["s1"][1]
+        assert after["p0s1"]["l0"][1] == before["p0s1"]["l0"][1]
+    finally:
+        cut.restore(fab)
+    assert all_paths_ok(fab)
+
+
+def test_switch_down_and_plane_down(fab):
+    spine = SwitchDown("p1s0")
+    spine.apply(fab)
+    try:
+        assert probes(fab, "h0", "h1", 1, 0) == 0
+        assert probes(fab, "h0", "h1", 1, 1) == 20
+    finally:
+        spine.restore(fab)
+    plane = PlaneDown(1)
+    plane.apply(fab)
+    try:
+        assert [probes(fab, "h0", "h1", 1, s) for s in range(2)] == [0, 0]
+        assert [probes(fab, "h0", "h1", 0, s) for s in range(2)] == [20, 20]
+    finally:
+        plane.restore(fab)
+    assert all_paths_ok(fab)
+
+
+def test_gray_link_loss_is_the_configured_fraction_both_ways(fab):
+    loss = 0.2
+    gray = GrayLink("p0l0-p0s1", loss)
+    gray.apply(fab)
+    try:
+        flows = [Flow("h0", "h1", SPEC.path("h0", "h1", 0, 1)),
+                 Flow("h1", "h0", SPEC.path("h1", "h0", 0, 1))]
+        # Small datagrams at a rate the queues absorb: every loss is the gray link's.
+        res = run_flows(fab, flows, rate_mbit=20, seconds=1.5, payload=1000)
+    finally:
+        gray.restore(fab)
+    for r in res:
+        n = r.sent
+        assert n > 2000
+        sd = math.sqrt(n * loss * (1 - loss))
+        assert abs(r.lost - n * loss) < 5 * sd, (r.flow.src, r.sent, r.received)
+    assert all_paths_ok(fab)
+
+
+def test_rate_degradation_holds_then_restores(fab):
+    path = SPEC.path("h0", "h1", 0, 1)
+    slow = RateDegrade("p0l0-p0s1", 30.0)
+    slow.validate(fab.spec)
+    slow.apply(fab)
+    try:
+        r = run_flows(fab, [Flow("h0", "h1", path)], rate_mbit=60, seconds=1.5)[0]
+        assert abs(r.goodput_mbit - r.ceiling_mbit(30.0)) < 0.1 * r.ceiling_mbit(30.0)
+    finally:
+        slow.restore(fab)
+    r = run_flows(fab, [Flow("h0", "h1", path)], rate_mbit=150, seconds=1.5)[0]
+    assert abs(r.goodput_mbit - r.ceiling_mbit(100.0)) < 0.1 * r.ceiling_mbit(100.0)
+
+
+def test_flap_loses_some_and_recovers(fab):
+    flap = LinkFlap("p0l0-p0s1", period_s=0.2, duty=0.5)
+    flap.validate(fab.spec)
+    handle = flap.apply(fab)
+    try:
+        r = run_flows(fab, [Flow("h0", "h1", SPEC.path("h0", "h1", 0, 1))], rate_mbit=20,
+                      seconds=1.0, payload=1000)[0]
+    finally:
+        flap.restore(fab, handle)
+    assert 0 < r.received < r.sent
+    assert all_paths_ok(fab)
+
+
+def test_timeline_fires_in_order_and_logs_actual_times(fab):
+    c, g = fail_link("p0l1-p0s0"), gray_link("p1l0-p1s1", 0.5)
+    tl = Timeline((at(0.05, c), at(0.1, g), at(0.2, restore(c)), at(0.25, restore(g))))
+    log: list[dict] = []
+    runner = TimelineRunner(fab, tl, log.append)
+    runner.start()
+    runner.join(timeout=5)
+    runner.stop()
+    assert [(e["at"], e["action"], e["kind"]) for e in log] == [
+        (0.05, "apply", "link_down"), (0.1, "apply", "gray_link"),
+        (0.2, "restore", "link_down"), (0.25, "restore", "gray_link")]
+    assert all(e["fired"] >= e["at"] and "error" not in e for e in log)
+    assert [e["fired"] for e in log] == sorted(e["fired"] for e in log)
+    assert all_paths_ok(fab)
+
+
+def test_runner_stop_restores_what_is_still_active(fab):
+    tl = Timeline((at(0.0, fail_link("p1l1-p1s1")),))
+    log: list[dict] = []
+    runner = TimelineRunner(fab, tl, log.append)
+    runner.start()
+    deadline = time.monotonic() + 5
+    while not log and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert probes(fab, "h1", "h0", 1, 1) == 0
+    runner.stop()
+    assert all_paths_ok(fab)
