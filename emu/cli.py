@@ -51,7 +51,8 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     if args.timeline:
         events = tl.load(args.timeline)
         events.validate(spec)  # before anything is built
-    with Fabric(spec, name=args.name, progress=_progress) as fab:
+    with Fabric(spec, name=args.name, progress=_progress, control_plane=args.control_plane,
+                bfd=_bfd(args)) as fab:
         bt = fab.build_times
         print(f"fabric {args.name!r} up: {len(spec.nodes)} namespaces, {len(spec.links)} links, "
               f"{sum(len(p.routes) for p in fab.plans.values())} routes in {bt.total:.2f} s")
@@ -59,7 +60,10 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         print(f"  try: ip netns exec {fab.netns(first)} ping -c1 {spec.address(last)}")
         runner = None
         if events is not None:
-            runner = tl.TimelineRunner(fab, events, lambda rec: print(json.dumps(rec), flush=True))
+            from emu import convergence
+
+            runner = tl.TimelineRunner(fab, events, lambda rec: print(json.dumps(rec), flush=True),
+                                       after_apply=lambda f: convergence.measure(fab, f))
             print(f"  timeline {args.timeline}: {len(events.events)} events over "
                   f"{events.duration:g} s (one JSON line per event as it fires)")
             runner.start()
@@ -78,6 +82,13 @@ def cmd_fabric(args: argparse.Namespace) -> int:
             if runner is not None:
                 runner.stop()
     return 0
+
+
+def _bfd(args: argparse.Namespace):
+    from emu.frr import BfdTimers
+
+    return BfdTimers(detect_multiplier=args.bfd_multiplier, receive_ms=args.bfd_ms,
+                     transmit_ms=args.bfd_ms)
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
@@ -106,9 +117,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from emu.bench import bench_fabric
+    if args.bench == "fabric":
+        from emu.bench import bench_fabric
 
-    res = bench_fabric(say=_progress, large=not args.quick)
+        res = bench_fabric(say=_progress, large=not args.quick)
+    else:
+        from emu.bench_failover import bench_failover
+
+        res = bench_failover(say=_progress, bfd=_bfd(args))
     if args.json:
         print(json.dumps(res, indent=2))
     return 0
@@ -137,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--queue", type=int, default=dflt.host_link.queue_packets,
                    help="egress FIFO depth in packets")
     f.add_argument("--name", default="emu", help="fabric name (netns names sae-NAME-...)")
+    f.add_argument("--control-plane", choices=("static", "bgp"), default="static",
+                   help="ECMP routes: static, or learnt by FRR eBGP with BFD (RFC 7938)")
+    _bfd_args(f)
     f.add_argument("--cli", action="store_true", help="open Mininet's CLI on the fabric")
     f.add_argument("--timeline", help="a failure timeline (.py or .toml) to fire once built")
     f.add_argument("--hold", action="store_true",
@@ -158,7 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--json", action="store_true")
     bf.add_argument("--quick", action="store_true", help="reference graph only")
     bf.set_defaults(func=cmd_bench)
+    bo = bsub.add_parser("failover", help="ECMP + BFD/BGP: convergence and loss per failure")
+    bo.add_argument("--json", action="store_true")
+    _bfd_args(bo)
+    bo.set_defaults(func=cmd_bench)
     return p
+
+
+def _bfd_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bfd-ms", type=int, default=100, help="BFD tx/rx interval (ms)")
+    p.add_argument("--bfd-multiplier", type=int, default=3, help="BFD detect multiplier")
 
 
 def main(argv: list[str] | None = None) -> int:

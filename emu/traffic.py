@@ -48,6 +48,7 @@ class FlowResult:
     goodput_mbit: float  # payload bits that arrived during the window, per second
     frame_bytes: int  # bytes on the wire per datagram (the HTB counts these)
     payload: int
+    max_gap_s: float = 0.0  # longest silence between two arrivals (an outage shows here)
 
     def ceiling_mbit(self, link_mbit: float) -> float:
         """The goodput this flow gets alone on a link of ``link_mbit`` (headers cost wire time)."""
@@ -104,9 +105,10 @@ def run_flows(fabric: Fabric, flows: list[Flow], rate_mbit: float, seconds: floa
         window = (t0 + warmup, t0 + warmup + seconds)
         counts = [0] * len(flows)
         in_window = [0] * len(flows)
+        gaps = [0.0] * len(flows)
         stop = threading.Event()
         rx = threading.Thread(target=_receive, args=(list(receivers.values()), counts, in_window,
-                                                     window, stop), daemon=True)
+                                                     gaps, window, stop), daemon=True)
         rx.start()
         sent = _send(senders, flows, rate_mbit, payload, t0, window[1], random.Random(seed))
         time.sleep(0.3)  # queues drain to the receivers before the totals close
@@ -116,7 +118,8 @@ def run_flows(fabric: Fabric, flows: list[Flow], rate_mbit: float, seconds: floa
         for s in senders + list(receivers.values()):
             s.close()
     return [FlowResult(f, sent[i], counts[i], in_window[i] * payload * 8 / seconds / 1e6,
-                       frame_bytes(payload, f.path), payload) for i, f in enumerate(flows)]
+                       frame_bytes(payload, f.path), payload, gaps[i])
+            for i, f in enumerate(flows)]
 
 
 def _send(socks: list[socket.socket], flows: list[Flow], rate_mbit: float, payload: int,
@@ -148,12 +151,13 @@ def _send(socks: list[socket.socket], flows: list[Flow], rate_mbit: float, paylo
 
 
 def _receive(socks: list[socket.socket], counts: list[int], in_window: list[int],
-             window: tuple[float, float], stop: threading.Event) -> None:
+             gaps: list[float], window: tuple[float, float], stop: threading.Event) -> None:
     sel = selectors.DefaultSelector()
     for s in socks:
         sel.register(s, selectors.EVENT_READ)
     buf = bytearray(65536)
     n_flows = len(counts)
+    last = [0.0] * n_flows
     t_a, t_b = window
     while not stop.is_set():
         for key, _ in sel.select(0.05):
@@ -169,6 +173,9 @@ def _receive(socks: list[socket.socket], counts: list[int], in_window: list[int]
                     continue
                 fid = _HDR.unpack_from(buf, 0)[0]
                 if fid < n_flows:
+                    if counts[fid] and now - last[fid] > gaps[fid]:
+                        gaps[fid] = now - last[fid]
+                    last[fid] = now
                     counts[fid] += 1
                     if measured:
                         in_window[fid] += 1
