@@ -10,6 +10,7 @@ topology before anything runs, with ``apply(fab)`` and ``restore(fab)``:
 * ``GrayLink``: random loss of a fraction of packets, both directions, by
   nftables ``numgen random`` in the switch end's namespace.
 * ``RateDegrade``: the link's HTB rate changed at run time (both directions).
+* ``Microbursts``: line-rate cross traffic overflowing one egress FIFO.
 
 Admin-down deletes the routes through the interface, so a restore brings the
 interface up and re-installs its addresses, neighbour and planned routes.
@@ -26,6 +27,7 @@ from dataclasses import dataclass, replace
 from emu.errors import EmuError
 from emu.fabric import Fabric
 from emu.kernel import HTB_CLASS, HTB_ROOT, NUD_PERMANENT
+from emu.microburst import Microburst, MicroburstSpec, plan_routes
 from topologies import Link, LinkSpec, MultiPlaneClos, Role, TopologyError
 
 
@@ -274,4 +276,39 @@ class RateDegrade:
         return {"kind": "rate_degrade", "link": self.link, "rate_mbit": self.rate_mbit}
 
 
-Failure = LinkDown | SwitchDown | PlaneDown | LinkFlap | GrayLink | RateDegrade
+@dataclass(frozen=True)
+class Microbursts:
+    """Line-rate cross-traffic bursts onto one egress (see emu.microburst) until restored.
+
+    Restoring stops the senders and returns their report, including the FIFO
+    drops measured on the target egress.
+    """
+
+    burst: MicroburstSpec
+
+    def validate(self, spec: MultiPlaneClos) -> None:
+        plan_routes(spec, self.burst)
+
+    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+        return ()  # cross traffic: it breaks nothing, so it overlaps no failure
+
+    def apply(self, fab: Fabric) -> Microburst:
+        mb = Microburst(fab, self.burst)
+        mb.start()
+        return mb
+
+    def restore(self, fab: Fabric, handle: object = None) -> dict:
+        mb: Microburst = handle  # type: ignore[assignment]
+        mb.stop()
+        rep = mb.report()
+        return {"target_drops": rep["target"]["drops"],
+                "target_packets": rep["target"]["packets"],
+                "drops_elsewhere": rep["drops_other_total"]}
+
+    def describe(self) -> dict:
+        b = self.burst
+        return {"kind": "microburst", "target": b.target, "sources": list(b.sources),
+                "on_ms": b.on_ms, "every_ms": b.every_ms, "rate_mbit": b.rate_mbit}
+
+
+Failure = LinkDown | SwitchDown | PlaneDown | LinkFlap | GrayLink | RateDegrade | Microbursts

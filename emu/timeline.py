@@ -38,10 +38,12 @@ from emu.failures import (
     GrayLink,
     LinkDown,
     LinkFlap,
+    Microbursts,
     PlaneDown,
     RateDegrade,
     SwitchDown,
 )
+from emu.microburst import MicroburstSpec
 from topologies import MultiPlaneClos
 
 
@@ -91,6 +93,15 @@ def degrade_link(link: str, rate_mbit: float) -> RateDegrade:
     return RateDegrade(link, rate_mbit)
 
 
+def microburst(target: str, sources: list[str] | tuple[str, ...], on_ms: float,
+               every_ms: float, rate_mbit: float | None = None, payload: int = 8000,
+               seed: int = 0) -> Microbursts:
+    """Line-rate bursts of ``on_ms`` every ``every_ms`` from ``sources`` onto egress ``target``
+    ("node:ifname", e.g. "p0l3:h13")."""
+    return Microbursts(MicroburstSpec(target, tuple(sources), on_ms, every_ms, rate_mbit,
+                                      payload=payload, seed=seed))
+
+
 def restore(failure: Failure) -> Restore:
     """Undo a failure."""
     return Restore(failure)
@@ -104,6 +115,7 @@ def at(t: float, action: Failure | Restore) -> Event:
 VOCABULARY: dict[str, Callable[..., Failure]] = {
     "fail_link": fail_link, "fail_switch": fail_switch, "fail_plane": fail_plane,
     "flap_link": flap_link, "gray_link": gray_link, "degrade_link": degrade_link,
+    "microburst": microburst,
 }
 
 
@@ -171,7 +183,9 @@ def load(path: str | Path) -> Timeline:
 
 _TOML_ARGS = {"fail_link": {"link"}, "fail_switch": {"switch"}, "fail_plane": {"plane"},
               "flap_link": {"link", "period_s", "duty"}, "gray_link": {"link", "loss"},
-              "degrade_link": {"link", "rate_mbit"}}
+              "degrade_link": {"link", "rate_mbit"},
+              "microburst": {"target", "sources", "on_ms", "every_ms", "rate_mbit", "payload",
+                             "seed"}}
 
 
 def _from_toml(data: dict, where: str) -> Timeline:
@@ -253,7 +267,9 @@ class TimelineRunner:
                    "action": "restore" if restoring else "apply", **f.describe()}
             try:
                 if restoring:
-                    f.restore(self.fab, self.active.pop(f))
+                    measured = f.restore(self.fab, self.active.pop(f))
+                    if isinstance(measured, dict):
+                        rec.update(measured)
                 else:
                     self.active[f] = f.apply(self.fab)
                     if self.after_apply is not None:
