@@ -11,25 +11,31 @@ namespace gets sysctls, addresses, static neighbours, HTB + FIFO queues and
 routes from ``topologies.routing.plan_fabric``. Teardown kills every process in
 our namespaces at once and drops the names; the kernel then frees the
 namespaces and their veths.
+
+``control_plane="bgp"``: switches get no static ECMP routes; FRR (zebra, bfdd,
+bgpd, emu/frr.py) starts in every switch namespace after the apply, and
+``start`` returns once every leaf has its ECMP routes to every other rack.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
-from emu import registry
+from emu import frr, registry
 from emu.errors import EmuError, require_root
+from emu.frr import DEFAULT_BFD, BfdTimers, FrrRunner
 from emu.kernel import NodeKernel, create_veths
 from emu.netns import bind_name, ns_inode, unbind_name
 from emu.nodes import EmuHost, EmuNet, LinuxRouter, VethLink
 from topologies import MultiPlaneClos
 from topologies.mininet_topo import MultiPlaneClosTopo
-from topologies.routing import NodePlan, plan_fabric
+from topologies.routing import ECMP_MODES, EcmpMode, NodePlan, plan_fabric
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +49,33 @@ class BuildTimes:
     nodes: float
     links: float
     config: float
+    control_plane: float = 0.0  # FRR start until BGP converged (0 for static routes)
 
     @property
     def total(self) -> float:
-        return self.nodes + self.links + self.config
+        return self.nodes + self.links + self.config + self.control_plane
 
 
 class Fabric:
     """A running emulated fabric; a context manager that guarantees teardown."""
 
     def __init__(self, spec: MultiPlaneClos, name: str = "emu",
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, control_plane: EcmpMode = "static",
+                 bfd: BfdTimers = DEFAULT_BFD, converge_timeout: float = 120.0) -> None:
         if not name.isidentifier() or len(name) > 12:
             raise EmuError(f"fabric name {name!r} is invalid: use up to 12 letters, digits or _")
+        if control_plane not in ECMP_MODES:
+            raise EmuError(f"control_plane={control_plane!r} is invalid: must be one of "
+                           f"{', '.join(ECMP_MODES)}")
         self.spec = spec
         self.name = name
-        self.plans: dict[str, NodePlan] = plan_fabric(spec)
+        self.control_plane = control_plane
+        self.bfd = bfd
+        self.converge_timeout = converge_timeout
+        self.plans: dict[str, NodePlan] = plan_fabric(spec, ecmp=control_plane)
+        self.bgp: dict[str, frr.SwitchConfig] = (
+            frr.plan_bgp(spec, self.plans, bfd) if control_plane == "bgp" else {})
+        self.frr: FrrRunner | None = None
         self.net: EmuNet | None = None
         self.kernels: dict[str, NodeKernel] = {}
         self.build_times: BuildTimes | None = None
@@ -68,7 +85,8 @@ class Fabric:
     def __repr__(self) -> str:
         s = self.spec
         return (f"Fabric({self.name!r}, planes={s.planes}, spines={s.spines}, leaves={s.leaves}, "
-                f"hosts={s.host_count}, up={self.net is not None})")
+                f"hosts={s.host_count}, control_plane={self.control_plane!r}, "
+                f"up={self.net is not None})")
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -146,7 +164,60 @@ class Fabric:
             specs = {i.ifname: i.link.spec for i in plan.interfaces}
             k.apply(plan, specs, spec.mtu)
         t3 = time.monotonic()
-        self.build_times = BuildTimes(t1 - t0, t2 - t1, t3 - t2)
+        if self.control_plane == "bgp":
+            self._start_frr()
+        t4 = time.monotonic()
+        self.build_times = BuildTimes(t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+
+    def _register_tmpdirs(self, dirs: list[str]) -> None:
+        assert self._state is not None
+        self._state.tmpdirs.extend(dirs)
+        self._state.save()
+
+    def _start_frr(self) -> None:
+        self._progress(f"starting FRR (zebra, bfdd, bgpd) on {len(self.bgp)} switches")
+        # The temp dir is in the state file before any daemon starts: `emu clean` finds it.
+        self.frr = FrrRunner.create(self.name, self._register_tmpdirs)
+        self.frr.start(self.bgp, {n: self.kernels[n] for n in self.bgp})
+        self.wait_converged(self.converge_timeout)
+
+    def wait_converged(self, timeout: float = 60.0) -> float:
+        """Wait until every leaf has an ECMP route over all its spines to every other rack
+        and every BFD session is up (BGP may be faster than BFD).
+
+        Returns the seconds waited; EmuError (with what is missing) after ``timeout``,
+        or at once if an FRR daemon died.
+        """
+        if self.frr is None:
+            raise EmuError("wait_converged needs a running fabric with control_plane='bgp'")
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        next_report = t0 + 1.0
+        total = sum(len(r) for r in frr.expected_routes(self.spec).values())
+        while True:
+            self.frr.check()
+            missing = frr.missing_routes(self)
+            bfd = {} if missing else self.frr.bfd_not_up(sorted(self.bgp))
+            now = time.monotonic()
+            if not missing and not bfd:
+                self._progress(f"BGP converged in {now - t0:.1f} s ({total} leaf ECMP routes, "
+                               f"all BFD sessions up)")
+                return now - t0
+            if now > deadline:
+                if missing:
+                    detail = "; ".join(f"{leaf}: {', '.join(bad[:3])}"
+                                       for leaf, bad in list(missing.items())[:4])
+                    raise EmuError(f"BGP did not converge within {timeout} s: "
+                                   f"{sum(map(len, missing.values()))} of {total} leaf routes "
+                                   f"missing or partial ({detail})")
+                detail = "; ".join(f"{n}: {', '.join(b[:3])}" for n, b in list(bfd.items())[:4])
+                raise EmuError(f"BFD sessions not up within {timeout} s ({detail})")
+            if now >= next_report:
+                done = total - sum(map(len, missing.values()))
+                self._progress(f"waiting for BGP: {done}/{total} leaf ECMP routes"
+                               + (f", BFD down on {len(bfd)} switches" if bfd else ""))
+                next_report = now + 1.0
+            time.sleep(0.05)
 
     def stop(self) -> float:
         """Tear everything down (idempotent). Returns the seconds it took."""
@@ -161,6 +232,11 @@ class Fabric:
             inodes = {r["inode"] for r in self._state.namespaces.values() if r.get("inode")}
             pids = registry.processes_in(inodes) if inodes else []
             registry.kill_all(pids)
+            if self.frr is not None:
+                self.frr.reap()  # every daemon was in our namespaces: killed above
+                self.frr = None
+            for d in self._state.tmpdirs:
+                shutil.rmtree(d, ignore_errors=True)
             for rec in self._state.namespaces.values():
                 unbind_name(rec["netns"])
             self._state.remove()

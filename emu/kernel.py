@@ -117,6 +117,15 @@ class NodeKernel:
             with entered(self.fd):
                 for key, value in CONTROL_PLANE_SYSCTLS:
                     write_sysctl(key, value)
+                # Control-plane ports get the kernel's EUI-64 link-local (the plan's
+                # ``link_local``, from the fixed MAC, set first while the port is
+                # down): unlike an added one, the kernel regenerates it whenever the
+                # port comes back up (keep_addr_on_down never keeps link-locals), so
+                # BGP sessions return after a flap.
+                for iface in plan.interfaces:
+                    if iface.link_local is not None:
+                        ipr.link("set", index=idx[iface.ifname], address=iface.mac)
+                        write_sysctl(f"net.ipv6.conf.{iface.ifname}.addr_gen_mode", 0)
         ipr.link("set", index=idx["lo"], state="up")
         if plan.loopback is not None:
             ipr.addr("add", index=idx["lo"], address=str(plan.loopback.ip),
@@ -135,9 +144,6 @@ class NodeKernel:
                      change=IFF_UP | IFF_NOARP | IFF_MULTICAST)
             ipr.addr("add", index=i, address=str(iface.address.ip),
                      prefixlen=iface.address.network.prefixlen, flags=IFA_F_NODAD)
-            if iface.link_local is not None:
-                ipr.addr("add", index=i, address=str(iface.link_local.ip),
-                         prefixlen=iface.link_local.network.prefixlen, flags=IFA_F_NODAD)
             set_egress_queue(ipr, i, specs[iface.ifname], mtu)
         for n in plan.neighbors:
             ipr.neigh("add", dst=str(n.address), lladdr=n.mac, ifindex=idx[n.ifname],

@@ -7,14 +7,19 @@ so each kind of address of all DCs fits one /24 and one DC's share is a /32::
     fd5a:00dc::/32   host loopbacks       fd5a:{dc}:{rack}:{local}::1/128
     fd5a:01dc::/32   host <-> leaf links  fd5a:{100+dc}:{plane}:{rack}:{local}::/80
     fd5a:02dc::/32   leaf <-> spine links fd5a:{200+dc}:{plane}:{leaf}:{spine}::/80
-    fd5a:03dc::/32   reserved for DCI links
+    fd5a:03dc::/32   spine <-> DCI router fd5a:{300+dc}:{plane}:{spine}::/80
+    fd5a:03ff::/32   DCI long-haul links  fd5a:3ff:{plane}:{dc_a}:{dc_b}::/80 (dc_a < dc_b)
     fd5a:05dc::/32   SRv6 SIDs            fd5a:{500+dc}:{plane}:{tier}:{index}::
+
+(``fd5a:03ff::/32`` would be DC 255's spine <-> DCI share, so a ScaleAcross
+has at most 255 DCs, 0..254; a lone MultiPlaneClos may still be DC 255.)
 
 All indices are 0-based and written as hex groups.  Hosts own a
 plane-independent loopback so a peer can reach them through any plane; the
 per-plane link addresses only serve next-hop resolution.  One SID per switch
-(tier 1 = leaf indexed by rack, tier 2 = spine) with a /80 locator, so a
-/48 per plane lets hosts steer traffic into a plane with a single route.
+(tier 1 = leaf indexed by rack, tier 2 = spine, tier 3 = the plane's DCI
+router of a ScaleAcross, index 0) with a /80 locator, so a /48 per plane lets
+hosts steer traffic into a plane with a single route.
 
 ``spec`` arguments are :class:`~topologies.clos.MultiPlaneClos` instances
 (only ``dc``, ``planes``, ``spines``, ``leaves`` and ``hosts_per_leaf`` are
@@ -38,14 +43,19 @@ ALL_HOSTS = IPv6Network("fd5a::/24")
 ALL_HOST_LINKS = IPv6Network("fd5a:100::/24")
 ALL_FABRIC_LINKS = IPv6Network("fd5a:200::/24")
 ALL_DCI_LINKS = IPv6Network("fd5a:300::/24")
-"""Reserved for inter-DC links; nothing here allocates from it yet."""
+"""Spine <-> DCI router links of every DC and the long-haul DCI links."""
+DCI_LONG_HAUL = IPv6Network("fd5a:3ff::/32")
+"""The long-haul links between DCI routers of different DCs."""
 ALL_SIDS = IPv6Network("fd5a:500::/24")
 
 _HOST_KIND = 0x000
 _HOST_LINK_KIND = 0x100
 _FABRIC_LINK_KIND = 0x200
+_DCI_LINK_KIND = 0x300
+_LONG_HAUL_GROUP = 0x3FF
+MAX_SCALEACROSS_DCS = _LONG_HAUL_GROUP - _DCI_LINK_KIND  # 255: DCs 0..254
 _SID_KIND = 0x500
-_SID_TIER = {Role.LEAF: 1, Role.SPINE: 2}
+_SID_TIER = {Role.LEAF: 1, Role.SPINE: 2, Role.DCI: 3}
 
 
 def _addr(*groups: int) -> IPv6Address:
@@ -157,14 +167,12 @@ def plane_sid_block(spec: MultiPlaneClos, plane: int) -> IPv6Network:
 
 
 def sid_locator(spec: MultiPlaneClos, plane: int, tier_role: Role, index: int) -> IPv6Network:
-    """The /80 locator of a switch; ``index`` is the rack for leaves, the spine for spines."""
+    """The /80 locator of a switch; ``index`` is the rack for leaves, the spine for spines
+    and 0 for a DCI router (one per DC and plane)."""
     _index("plane", plane, spec.planes)
-    # Accept the plain strings "leaf"/"spine" too (Role is a str enum).
-    role = Role(tier_role) if tier_role in ("leaf", "spine") else None
-    if role is None:
-        raise TopologyError(f"tier_role={tier_role!r} is invalid: must be Role.LEAF or Role.SPINE")
+    role = _sid_role(tier_role)
+    count = {Role.LEAF: spec.leaves, Role.SPINE: spec.spines, Role.DCI: 1}[role]
     tier = _SID_TIER[role]
-    count = spec.leaves if role is Role.LEAF else spec.spines
     _index("index", index, count)
     return _net(80, 0xFD5A, _SID_KIND + spec.dc, plane, tier, index)
 
@@ -172,3 +180,67 @@ def sid_locator(spec: MultiPlaneClos, plane: int, tier_role: Role, index: int) -
 def sid(spec: MultiPlaneClos, plane: int, tier_role: Role, index: int) -> IPv6Address:
     """The End SID of a switch (the first address of its locator)."""
     return sid_locator(spec, plane, tier_role, index).network_address
+
+
+def _sid_role(tier_role: object) -> Role:
+    # Accept the plain strings "leaf"/"spine"/"dci" too (Role is a str enum).
+    if tier_role not in ("leaf", "spine", "dci"):
+        raise TopologyError(
+            f"tier_role={tier_role!r} is invalid: must be Role.LEAF, Role.SPINE or Role.DCI"
+        )
+    return Role(tier_role)
+
+
+def tier_sid_block(spec: MultiPlaneClos, plane: int, tier_role: Role) -> IPv6Network:
+    """The /64 holding the SIDs of every leaf (or spine, or the DCI router) of ``plane``."""
+    _index("plane", plane, spec.planes)
+    return _net(64, 0xFD5A, _SID_KIND + spec.dc, plane, _SID_TIER[_sid_role(tier_role)])
+
+
+# --- ScaleAcross: DCI links ---------------------------------------------------
+
+
+def _scaleacross_dc(spec: MultiPlaneClos) -> int:
+    if spec.dc >= MAX_SCALEACROSS_DCS:
+        raise TopologyError(
+            f"dc={spec.dc} is invalid for DCI links: must be in [0, {MAX_SCALEACROSS_DCS - 1}] "
+            f"(fd5a:{_LONG_HAUL_GROUP:x}::/32 holds the long-haul links)"
+        )
+    return spec.dc
+
+
+def dci_up_link_subnet(spec: MultiPlaneClos, plane: int, spine: int) -> IPv6Network:
+    """The /80 of the link between spine ``spine`` of ``plane`` and the plane's DCI router."""
+    dc = _scaleacross_dc(spec)
+    _index("plane", plane, spec.planes)
+    _index("spine", spine, spec.spines)
+    return _net(80, 0xFD5A, _DCI_LINK_KIND + dc, plane, spine)
+
+
+def dci_up_link_ends(
+    spec: MultiPlaneClos, plane: int, spine: int
+) -> tuple[IPv6Interface, IPv6Interface]:
+    """``(spine end ::1, DCI router end ::2)`` of a spine <-> DCI router link."""
+    return _ends(dci_up_link_subnet(spec, plane, spine))
+
+
+def dci_link_subnet(planes: int, plane: int, dc_a: int, dc_b: int) -> IPv6Network:
+    """The /80 of the long-haul link joining the ``plane`` DCI routers of DCs ``dc_a < dc_b``.
+
+    ``planes`` is the plane count of the ScaleAcross (for the range check).
+    """
+    _index("plane", plane, planes)
+    _index("dc_a", dc_a, MAX_SCALEACROSS_DCS)
+    _index("dc_b", dc_b, MAX_SCALEACROSS_DCS)
+    if dc_a >= dc_b:
+        raise TopologyError(
+            f"dc_a={dc_a}, dc_b={dc_b} is invalid: a long-haul link is named lower DC first"
+        )
+    return _net(80, 0xFD5A, _LONG_HAUL_GROUP, plane, dc_a, dc_b)
+
+
+def dci_link_ends(
+    planes: int, plane: int, dc_a: int, dc_b: int
+) -> tuple[IPv6Interface, IPv6Interface]:
+    """``(dc_a end ::1, dc_b end ::2)`` of a long-haul DCI link."""
+    return _ends(dci_link_subnet(planes, plane, dc_a, dc_b))

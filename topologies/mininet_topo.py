@@ -1,9 +1,12 @@
-"""Mininet ``Topo`` for a :class:`~topologies.clos.MultiPlaneClos`.
+"""Mininet ``Topo`` for a :class:`~topologies.clos.MultiPlaneClos` or a
+:class:`~topologies.scaleacross.ScaleAcross` (same interface; DCI routers are
+switches with ``role="dci"``).
 
 Usable from Python (``MultiPlaneClosTopo(spec, router_cls=...)``) and from
 the command line::
 
     mn --custom topologies/mininet_topo.py --topo mpclos,2,4,4,4
+    mn --custom topologies/mininet_topo.py --link tc --topo scaleacross,2,2,4,4,4
 
 ``mn --custom`` execs this file with a bare globals dict and then copies
 *every* global into its own namespace, so module-level names here are kept
@@ -24,6 +27,7 @@ if __name__ == "builtins":  # exec'd by ``mn --custom``: no package context
     )
 
 from topologies import clos as _clos  # noqa: E402  (after the path fix above)
+from topologies import scaleacross as _sa  # noqa: E402
 
 
 class MultiPlaneClosTopo(_Topo):
@@ -32,10 +36,15 @@ class MultiPlaneClosTopo(_Topo):
     Hosts carry ``role="host"``; switches are added with ``isSwitch=True``,
     ``role`` and ``plane`` (and ``cls=router_cls`` when given).  Each link
     carries its interface names, its ``LinkSpec`` as ``spec``, the TCLink
-    shaping parameters ``bw``/``max_queue_size`` and its ``link_name``.
+    shaping parameters ``bw``/``max_queue_size`` and its ``link_name``; a
+    ScaleAcross's long-haul links (tier ``"dci"``) also carry TCLink's
+    ``delay``/``loss`` from ``spec.dci`` (plain Mininet applies them with netem;
+    the emulator's builder uses a delay line instead).
     """
 
-    def build(self, spec: _clos.MultiPlaneClos, router_cls: type | None = None) -> None:
+    def build(
+        self, spec: _clos.MultiPlaneClos | _sa.ScaleAcross, router_cls: type | None = None
+    ) -> None:
         """Populate the topology from ``spec`` (called by ``Topo.__init__``)."""
         self.spec = spec
         for host in spec.hosts:
@@ -46,6 +55,9 @@ class MultiPlaneClosTopo(_Topo):
                 switch.name, isSwitch=True, role=switch.role.value, plane=switch.plane, **extra
             )
         for link in spec.links:
+            extra = {}
+            if link.tier == "dci" and isinstance(spec, _sa.ScaleAcross):
+                extra = {"delay": f"{spec.dci.delay_ms:g}ms", "loss": spec.dci.loss * 100.0}
             self.addLink(
                 link.a.node,
                 link.b.node,
@@ -55,6 +67,7 @@ class MultiPlaneClosTopo(_Topo):
                 bw=link.spec.rate_mbit,
                 max_queue_size=link.spec.queue_packets,
                 link_name=link.name,
+                **extra,
             )
 
 
@@ -70,4 +83,29 @@ def _mpclos(
     return MultiPlaneClosTopo(spec, router_cls=LinuxRouter)
 
 
-topos = {"mpclos": _mpclos}
+def _scaleacross(
+    dcs: int = 2,
+    planes: int = 2,
+    spines: int = 4,
+    leaves: int = 4,
+    hosts_per_leaf: int = 4,
+    dci_mbit: float = 100.0,
+    delay_ms: float = 1.0,
+) -> MultiPlaneClosTopo:
+    """``--topo scaleacross,dcs,planes,spines,leaves,hosts_per_leaf[,dci_mbit,delay_ms]``:
+    ``dcs`` equal DCs joined by DCI routers, Linux routers as switches."""
+    from emu.nodes import LinuxRouter
+
+    spec = _sa.ScaleAcross(
+        tuple(
+            _clos.MultiPlaneClos(
+                planes=planes, spines=spines, leaves=leaves, hosts_per_leaf=hosts_per_leaf, dc=d
+            )
+            for d in range(dcs)
+        ),
+        _sa.DciSpec(float(dci_mbit), delay_ms=float(delay_ms)),
+    )
+    return MultiPlaneClosTopo(spec, router_cls=LinuxRouter)
+
+
+topos = {"mpclos": _mpclos, "scaleacross": _scaleacross}

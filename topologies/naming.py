@@ -47,3 +47,26 @@ def leaf_spine_ifname(spine: int) -> str:
 def spine_leaf_ifname(rack: int) -> str:
     """A spine's port towards the leaf of ``rack`` in the same plane."""
     return f"l{rack}"
+
+
+# --- ScaleAcross: DCI routers ------------------------------------------------
+
+
+def dci_name(dc: int, plane: int) -> str:
+    """The DCI router of ``plane`` in DC ``dc`` (one per DC and plane)."""
+    return f"{dc_prefix(dc)}p{plane}x"
+
+
+def spine_dci_ifname() -> str:
+    """A spine's port towards its plane's DCI router (every spine has one)."""
+    return "x"
+
+
+def dci_spine_ifname(spine: int) -> str:
+    """A DCI router's port towards spine ``spine`` of its plane and DC."""
+    return f"s{spine}"
+
+
+def dci_peer_ifname(dc: int) -> str:
+    """A DCI router's long-haul port towards the DCI router of DC ``dc`` (same plane)."""
+    return f"d{dc}"

@@ -1,4 +1,4 @@
-"""Node roles of a multi-plane Clos fabric."""
+"""Node roles of a multi-plane Clos fabric (and of the DCI routers joining several)."""
 
 from __future__ import annotations
 
@@ -15,3 +15,4 @@ class Role(StrEnum):
     HOST = "host"
     LEAF = "leaf"
     SPINE = "spine"
+    DCI = "dci"  # a ScaleAcross DCI router: one per (DC, plane), joins DCs

@@ -8,6 +8,11 @@ Two kinds of routes coexist on every fabric:
   link. A path is chosen by the sender's segment list alone.
 * Destination ECMP (the baseline): hosts spread over their plane NICs, leaves
   over their spines, by a 5-tuple hash (``fib_multipath_hash_policy=1``).
+  With ``ecmp="static"`` every switch's ECMP routes are planned here; with
+  ``ecmp="bgp"`` leaves and spines learn them from eBGP (emu/frr.py) and the
+  plan keeps only what no control plane carries: hosts' routes, leaves' routes
+  to their own hosts (which BGP originates) and all SRv6 state. Switch-to-switch
+  interfaces then also get a link-local address (unnumbered BGP, RFC 5549).
 
 Nothing here touches the kernel, so the plan is tested without root.
 """
@@ -16,9 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from ipaddress import IPv6Address, IPv6Interface, IPv6Network
+from typing import Literal
 
 from topologies.addressing import ALL_HOSTS, plane_sid_block, rack_prefix
 from topologies.clos import Link, MultiPlaneClos, Role
+
+EcmpMode = Literal["static", "bgp"]
+ECMP_MODES: tuple[EcmpMode, ...] = ("static", "bgp")
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,11 @@ class InterfacePlan:
     peer_node: str
     peer_ifname: str
     link: Link
+    # Set on switch-to-switch links under a control plane (ecmp="bgp"): the
+    # interface keeps multicast and ND and carries this fe80:: address (the
+    # kernel's EUI-64 one of ``mac``), the next hop BGP learns (RFC 5549).
+    # None: the quiet static interface, no link-local address.
+    link_local: IPv6Interface | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,12 @@ class NodePlan:
     loopback: IPv6Interface | None
     routes: tuple[Route, ...]
     neighbors: tuple[Neighbor, ...]
+    ecmp: EcmpMode = "static"
+
+    @property
+    def control_plane(self) -> bool:
+        """True for a switch whose ECMP routes come from BGP, not from this plan."""
+        return self.ecmp == "bgp" and self.role is not Role.HOST
 
 
 def link_macs(index: int) -> tuple[str, str]:
@@ -90,16 +110,34 @@ def link_macs(index: int) -> tuple[str, str]:
     return f"02:5a:{mid}:0a", f"02:5a:{mid}:0b"
 
 
-def plan_fabric(spec: MultiPlaneClos) -> dict[str, NodePlan]:
-    """The complete forwarding state of ``spec``, per node name."""
+def link_local(mac: str) -> IPv6Interface:
+    """The modified EUI-64 link-local address of ``mac`` (what the kernel would generate)."""
+    b = [int(x, 16) for x in mac.split(":")]
+    eui = [b[0] ^ 0x02, *b[1:3], 0xFF, 0xFE, *b[3:]]
+    iid = int.from_bytes(bytes(eui), "big")
+    return IPv6Interface((IPv6Address((0xFE80 << 112) | iid), 64))
+
+
+def plan_fabric(spec: MultiPlaneClos, ecmp: EcmpMode = "static") -> dict[str, NodePlan]:
+    """The complete forwarding state of ``spec``, per node name.
+
+    ``ecmp="static"``: every ECMP route is planned (no control plane).
+    ``ecmp="bgp"``: switches' ECMP routes are left to BGP (see the module doc).
+    """
+    if ecmp not in ECMP_MODES:
+        raise ValueError(f"ecmp={ecmp!r} is invalid: must be one of {', '.join(ECMP_MODES)}")
+    bgp = ecmp == "bgp"
     ifaces: dict[str, list[InterfacePlan]] = {n.name: [] for n in spec.nodes}
     for index, link in enumerate(spec.links):
         mac_a, mac_b = link_macs(index)
+        ll = bgp and link.tier == "fabric"
         ifaces[link.a.node].append(
-            InterfacePlan(link.a.ifname, link.a.address, mac_a, link.b.node, link.b.ifname, link)
+            InterfacePlan(link.a.ifname, link.a.address, mac_a, link.b.node, link.b.ifname, link,
+                          link_local(mac_a) if ll else None)
         )
         ifaces[link.b.node].append(
-            InterfacePlan(link.b.ifname, link.b.address, mac_b, link.a.node, link.a.ifname, link)
+            InterfacePlan(link.b.ifname, link.b.address, mac_b, link.a.node, link.a.ifname, link,
+                          link_local(mac_b) if ll else None)
         )
     peers = {
         (link.a.node, link.a.ifname): link.b.address.ip for link in spec.links
@@ -126,7 +164,8 @@ def plan_fabric(spec: MultiPlaneClos) -> dict[str, NodePlan]:
                 routes.append(Route(plane_sid_block(spec, p), (uplinks[p],), src=loopback.ip))
         elif node.role is Role.LEAF:
             spines = [s for s in spec.spine_nodes if s.plane == node.plane]
-            routes.append(Route(ALL_HOSTS, tuple(hop(s.name) for s in spines)))
+            if not bgp:
+                routes.append(Route(ALL_HOSTS, tuple(hop(s.name) for s in spines)))
             for host in spec.hosts:
                 if spec.rack_of(host.name) == node.index:
                     routes.append(Route(_host_prefix(spec, host.name), (hop(host.name),)))
@@ -136,15 +175,25 @@ def plan_fabric(spec: MultiPlaneClos) -> dict[str, NodePlan]:
         else:
             leaves = [leaf for leaf in spec.leaf_nodes if leaf.plane == node.plane]
             for leaf in leaves:
-                routes.append(Route(rack_prefix(spec, leaf.index), (hop(leaf.name),)))
+                if not bgp:
+                    routes.append(Route(rack_prefix(spec, leaf.index), (hop(leaf.name),)))
                 routes.append(Route(spec.locator_of(leaf.name), (hop(leaf.name),)))
             routes.append(_end(spec, node.name, mine[0].ifname))
         neighbors = tuple(
             Neighbor(i.ifname, peers[(node.name, i.ifname)], macs[(node.name, i.ifname)])
             for i in mine
         )
-        plans[node.name] = NodePlan(node.name, node.role, mine, loopback, tuple(routes), neighbors)
+        plans[node.name] = NodePlan(node.name, node.role, mine, loopback, tuple(routes), neighbors,
+                                    ecmp)
     return plans
+
+
+def originated_prefixes(spec: MultiPlaneClos, leaf: str) -> tuple[IPv6Network, ...]:
+    """The prefixes a leaf originates into BGP: the /64 of each host of its rack."""
+    node = spec.node(leaf)
+    if node.role is not Role.LEAF:
+        raise ValueError(f"{leaf!r} is a {node.role.value}, not a leaf")
+    return tuple(_host_prefix(spec, h.name) for h in spec.hosts if h.rack == node.rack)
 
 
 def _end(spec: MultiPlaneClos, switch: str, ifname: str) -> Route:
