@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from emu.errors import EmuError
-from topologies import LinkSpec, MultiPlaneClos, TopologyError
+from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross, TopologyError
 
 
 def _progress(msg: str) -> None:
@@ -23,14 +23,18 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _spec(args: argparse.Namespace) -> MultiPlaneClos:
-    return MultiPlaneClos(
+def _spec(args: argparse.Namespace) -> MultiPlaneClos | ScaleAcross:
+    dcs = tuple(MultiPlaneClos(
         planes=args.planes, spines=args.spines, leaves=args.leaves,
         hosts_per_leaf=args.hosts_per_leaf,
         host_link=LinkSpec(args.rate, args.queue),
         fabric_link=LinkSpec(args.fabric_rate if args.fabric_rate is not None else args.rate,
                              args.queue),
-    )
+        dc=d) for d in range(args.dcs))
+    if args.dcs == 1:
+        return dcs[0]
+    return ScaleAcross(dcs, DciSpec(rate_mbit=args.dci_rate, delay_ms=args.dci_delay_ms,
+                                    loss=args.dci_loss))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -52,10 +56,13 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         events = tl.load(args.timeline)
         events.validate(spec)  # before anything is built
     with Fabric(spec, name=args.name, progress=_progress, control_plane=args.control_plane,
-                bfd=_bfd(args)) as fab:
+                bfd=_bfd(args), delay_backend=args.delay_backend) as fab:
         bt = fab.build_times
         print(f"fabric {args.name!r} up: {len(spec.nodes)} namespaces, {len(spec.links)} links, "
               f"{sum(len(p.routes) for p in fab.plans.values())} routes in {bt.total:.2f} s")
+        if fab.delay_backend_used:
+            print(f"  DCI links: {spec.dci.delay_ms:g} ms one way via "
+                  f"{fab.delay_backend_used} delay")
         first, last = spec.hosts[0].name, spec.hosts[-1].name
         print(f"  try: ip netns exec {fab.netns(first)} ping -c1 {spec.address(last)}")
         runner = None
@@ -153,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--queue", type=int, default=dflt.host_link.queue_packets,
                    help="egress FIFO depth in packets")
     f.add_argument("--name", default="emu", help="fabric name (netns names sae-NAME-...)")
+    f.add_argument("--dcs", type=int, default=1, help="data centers joined by DCI links")
+    f.add_argument("--dci-rate", type=float, default=100.0, help="DCI link rate, Mbit/s")
+    f.add_argument("--dci-delay-ms", type=float, default=5.0, help="DCI one-way delay, ms")
+    f.add_argument("--dci-loss", type=float, default=0.0, help="DCI random loss fraction")
+    f.add_argument("--delay-backend", choices=("auto", "netem", "userspace"), default="auto",
+                   help="DCI delay: netem if the kernel has it (auto), or a TAP relay")
     f.add_argument("--control-plane", choices=("static", "bgp"), default="static",
                    help="ECMP routes: static, or learnt by FRR eBGP with BFD (RFC 7938)")
     _bfd_args(f)

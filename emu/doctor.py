@@ -15,9 +15,6 @@ from dataclasses import asdict, dataclass
 
 from emu.netns import CLONE_NEWNET, _libc
 
-_LATER = " [not built yet: static ECMP for now]"
-_NEXT = " [not built yet]"
-
 
 @dataclass(frozen=True)
 class Capability:
@@ -94,6 +91,11 @@ def _kernel_probes() -> dict[str, tuple[bool, str]]:
     else:
         out["nft_numgen"] = (False, "nft unavailable")
     out["tun"] = _tun_probe()
+    try:  # in the forked child only: its own scheduling class, gone when it exits
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        out["sched_fifo"] = (True, "SCHED_FIFO priority 1")
+    except OSError as e:
+        out["sched_fifo"] = (False, f"sched_setscheduler: {e.strerror}")
     return out
 
 
@@ -170,21 +172,23 @@ def check() -> list[Capability]:
                            if h and f else "cannot shape links"))
     n, nd = k("netem")
     t, td = k("tun")
-    # Delay lines, gray failures and the BGP control plane are the next milestone:
-    # the choice is reported now, marked as not built yet.
-    caps.append(Capability("netem", n, nd, "DCI delay and loss via netem" + _NEXT if n else
-                           ("DCI delay via a userspace TAP delay line" + _NEXT if t else
+    caps.append(Capability("netem", n, nd, "DCI delay and loss via netem" if n else
+                           ("DCI delay via a userspace TAP delay line" if t else
                             "no delay lines possible")))
-    caps.append(Capability("tun", t, td, "userspace delay lines" + _NEXT if t
+    caps.append(Capability("tun", t, td, "userspace delay lines" if t
                            else "no userspace delay"))
+    rt, rtd = k("sched_fifo")
+    caps.append(Capability("realtime", rt, rtd, "delay-line relays and microburst senders at "
+                           "real-time priority (timing to ~0.1-0.4 ms)" if rt else
+                           "normal scheduling: delay lines and bursts jitter by milliseconds"))
     nf, nfd = k("nftables")
     ng, ngd = k("nft_numgen")
     caps.append(Capability("nftables", nf and ng, f"{nfd}; {ngd}",
-                           "gray failures (random loss via numgen)" + _NEXT if nf and ng else
+                           "gray failures (random loss via numgen)" if nf and ng else
                            "no gray-failure injection"))
     fr, frd = _frr()
-    caps.append(Capability("frr", fr, frd, "BGP/BFD control plane for the ECMP baseline" + _LATER
-                           if fr else "static ECMP only"))
+    caps.append(Capability("frr", fr, frd, "BGP/BFD control plane for the ECMP baseline"
+                           if fr else "static ECMP only (no --control-plane bgp)"))
     return caps
 
 

@@ -15,6 +15,11 @@ namespaces and their veths.
 ``control_plane="bgp"``: switches get no static ECMP routes; FRR (zebra, bfdd,
 bgpd, emu/frr.py) starts in every switch namespace after the apply, and
 ``start`` returns once every leaf has its ECMP routes to every other rack.
+
+A ``ScaleAcross`` spec builds every DC and its DCI routers the same way; each
+long-haul DCI link is a netem-delayed veth where the kernel has netem, else a
+TAP pair joined by a userspace delay line (emu/delayline.py). Either way the
+DCI rate and buffer are the HTB class and FIFO on both ends' egress.
 """
 
 from __future__ import annotations
@@ -28,14 +33,18 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from emu import frr, registry
+from emu.delayline import DelayLine
 from emu.errors import EmuError, require_root
 from emu.frr import DEFAULT_BFD, BfdTimers, FrrRunner
-from emu.kernel import NodeKernel, create_veths
+from emu.kernel import NodeKernel, create_veths, netem_works
 from emu.netns import bind_name, ns_inode, unbind_name
 from emu.nodes import EmuHost, EmuNet, LinuxRouter, VethLink
-from topologies import MultiPlaneClos
+from topologies import MultiPlaneClos, ScaleAcross
 from topologies.mininet_topo import MultiPlaneClosTopo
 from topologies.routing import ECMP_MODES, EcmpMode, NodePlan, plan_fabric
+from topologies.routing_dci import plan_scaleacross
+
+DELAY_BACKENDS = ("auto", "netem", "userspace")
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +68,33 @@ class BuildTimes:
 class Fabric:
     """A running emulated fabric; a context manager that guarantees teardown."""
 
-    def __init__(self, spec: MultiPlaneClos, name: str = "emu",
+    def __init__(self, spec: MultiPlaneClos | ScaleAcross, name: str = "emu",
                  progress: Progress | None = None, control_plane: EcmpMode = "static",
-                 bfd: BfdTimers = DEFAULT_BFD, converge_timeout: float = 120.0) -> None:
+                 bfd: BfdTimers = DEFAULT_BFD, converge_timeout: float = 120.0,
+                 delay_backend: str = "auto") -> None:
         if not name.isidentifier() or len(name) > 12:
             raise EmuError(f"fabric name {name!r} is invalid: use up to 12 letters, digits or _")
         if control_plane not in ECMP_MODES:
             raise EmuError(f"control_plane={control_plane!r} is invalid: must be one of "
                            f"{', '.join(ECMP_MODES)}")
+        if delay_backend not in DELAY_BACKENDS:
+            raise EmuError(f"delay_backend={delay_backend!r} is invalid: must be one of "
+                           f"{', '.join(DELAY_BACKENDS)}")
         self.spec = spec
         self.name = name
         self.control_plane = control_plane
         self.bfd = bfd
         self.converge_timeout = converge_timeout
-        self.plans: dict[str, NodePlan] = plan_fabric(spec, ecmp=control_plane)
+        self.delay_backend = delay_backend
+        self.delay_lines: dict[str, DelayLine] = {}  # long-haul link name -> its relay
+        self.delay_backend_used: str | None = None  # what DCI links got (None: no DCI)
+        if isinstance(spec, ScaleAcross):
+            if control_plane != "static":
+                raise EmuError("control_plane='bgp' is not available for ScaleAcross fabrics "
+                               "yet (DCI routers run no BGP): use control_plane='static'")
+            self.plans: dict[str, NodePlan] = plan_scaleacross(spec)
+        else:
+            self.plans = plan_fabric(spec, ecmp=control_plane)
         self.bgp: dict[str, frr.SwitchConfig] = (
             frr.plan_bgp(spec, self.plans, bfd) if control_plane == "bgp" else {})
         self.frr: FrrRunner | None = None
@@ -84,7 +106,7 @@ class Fabric:
 
     def __repr__(self) -> str:
         s = self.spec
-        return (f"Fabric({self.name!r}, planes={s.planes}, spines={s.spines}, leaves={s.leaves}, "
+        return (f"Fabric({self.name!r}, planes={s.planes}, nodes={len(s.nodes)}, "
                 f"hosts={s.host_count}, control_plane={self.control_plane!r}, "
                 f"up={self.net is not None})")
 
@@ -149,25 +171,51 @@ class Fabric:
                                                       node.role)
         t1 = time.monotonic()
         self._progress(f"creating {len(spec.links)} links")
+        long_haul = [lk for lk in spec.links if lk.tier == "dci"]
+        if long_haul:
+            self.delay_backend_used = self._choose_delay_backend(long_haul[0].a.node)
         pairs = []
         for plan in self.plans.values():
             for iface in plan.interfaces:
-                if iface.link.a.node == plan.node and iface.ifname == iface.link.a.ifname:
+                if iface.link.a.node == plan.node and iface.ifname == iface.link.a.ifname and (
+                        iface.link.tier != "dci" or self.delay_backend_used == "netem"):
                     pairs.append((iface.ifname, self.kernels[plan.node].fd, iface.peer_ifname,
                                   self.kernels[iface.peer_node].fd, spec.mtu))
         create_veths(pairs)
+        netem: dict[str, dict[str, tuple[float, float]]] = {}
+        for index, lk in enumerate(long_haul):
+            if self.delay_backend_used == "netem":
+                # Half the loss at each end gives about the configured loss one way.
+                for end in (lk.a, lk.b):
+                    netem.setdefault(end.node, {})[end.ifname] = (spec.dci.delay_ms,
+                                                                  spec.dci.loss)
+            else:
+                # Started from this (main) thread: the relay dies with it, never earlier.
+                self.delay_lines[lk.name] = DelayLine(
+                    self.kernels[lk.a.node].fd, lk.a.ifname, self.kernels[lk.b.node].fd,
+                    lk.b.ifname, delay_ms=spec.dci.delay_ms, loss=spec.dci.loss, seed=index,
+                    mtu=spec.mtu).start()
         t2 = time.monotonic()
         self._progress("installing addresses, queues and routes")
         for name, plan in self.plans.items():
             k = self.kernels[name]
             k.refresh_ifindex()
             specs = {i.ifname: i.link.spec for i in plan.interfaces}
-            k.apply(plan, specs, spec.mtu)
+            k.apply(plan, specs, spec.mtu, netem.get(name))
         t3 = time.monotonic()
         if self.control_plane == "bgp":
             self._start_frr()
         t4 = time.monotonic()
         self.build_times = BuildTimes(t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+
+    def _choose_delay_backend(self, node: str) -> str:
+        """netem if asked for or (auto) if this kernel has it, else the userspace delay line."""
+        if self.delay_backend != "auto":
+            if self.delay_backend == "netem" and not netem_works(self.kernels[node]):
+                raise EmuError("delay_backend='netem' but this kernel has no netem qdisc "
+                               "(see `emu doctor`): use 'auto' or 'userspace'")
+            return self.delay_backend
+        return "netem" if netem_works(self.kernels[node]) else "userspace"
 
     def _register_tmpdirs(self, dirs: list[str]) -> None:
         assert self._state is not None
@@ -222,6 +270,8 @@ class Fabric:
     def stop(self) -> float:
         """Tear everything down (idempotent). Returns the seconds it took."""
         t0 = time.monotonic()
+        for dl in self.delay_lines.values():
+            dl.stop()  # final counters stay readable through dl.stats()
         for k in self.kernels.values():
             try:
                 k.close()

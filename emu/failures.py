@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 from emu.errors import EmuError
 from emu.fabric import Fabric
-from emu.kernel import HTB_CLASS, HTB_ROOT, NUD_PERMANENT
+from emu.kernel import HTB_CLASS, HTB_ROOT, NUD_PERMANENT, htb_class
 from emu.microburst import Microburst, MicroburstSpec, plan_routes
 from topologies import Link, LinkSpec, MultiPlaneClos, Role, TopologyError
 
@@ -256,14 +256,10 @@ class RateDegrade:
 
     def _set(self, fab: Fabric, spec: LinkSpec) -> None:
         lk = _check_link(fab.spec, self.link)
-        rate_bps = int(spec.rate_mbit * 1_000_000)
-        mtu = fab.spec.mtu
-        burst = max(2 * (mtu + 14), rate_bps // 8 // 1000 + mtu + 14)
         for node, ifname in _ends(lk):
             k = fab.kernels[node]
             k.ipr.tc("change-class", "htb", k.ifindex[ifname], HTB_CLASS, parent=HTB_ROOT,
-                     rate=f"{rate_bps}bit", ceil=f"{rate_bps}bit", burst=burst, cburst=burst,
-                     quantum=mtu + 14)
+                     **htb_class(spec, fab.spec.mtu))
 
     def apply(self, fab: Fabric) -> None:
         lk = _check_link(fab.spec, self.link)

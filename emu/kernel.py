@@ -110,8 +110,12 @@ class NodeKernel:
             link.get_attr("IFLA_IFNAME"): link["index"] for link in self.ipr.get_links()
         }
 
-    def apply(self, plan: NodePlan, specs: dict[str, LinkSpec], mtu: int) -> None:
-        """Install addresses, static neighbours, egress queues and routes of ``plan``."""
+    def apply(self, plan: NodePlan, specs: dict[str, LinkSpec], mtu: int,
+              netem: dict[str, tuple[float, float]] | None = None) -> None:
+        """Install addresses, static neighbours, egress queues and routes of ``plan``.
+
+        ``netem`` maps interfaces whose egress also delays to (delay_ms, loss).
+        """
         ipr, idx = self.ipr, self.ifindex
         if plan.control_plane:
             with entered(self.fd):
@@ -144,7 +148,8 @@ class NodeKernel:
                      change=IFF_UP | IFF_NOARP | IFF_MULTICAST)
             ipr.addr("add", index=i, address=str(iface.address.ip),
                      prefixlen=iface.address.network.prefixlen, flags=IFA_F_NODAD)
-            set_egress_queue(ipr, i, specs[iface.ifname], mtu)
+            set_egress_queue(ipr, i, specs[iface.ifname], mtu,
+                             (netem or {}).get(iface.ifname))
         for n in plan.neighbors:
             ipr.neigh("add", dst=str(n.address), lladdr=n.mac, ifindex=idx[n.ifname],
                       state=NUD_PERMANENT)
@@ -180,16 +185,46 @@ class NodeKernel:
                   **extra)
 
 
-def set_egress_queue(ipr: IPRoute, index: int, spec: LinkSpec, mtu: int) -> None:
-    """HTB at the link rate feeding a bounded FIFO: the switch buffer, with real drops."""
+def htb_class(spec: LinkSpec, mtu: int) -> dict:
+    """HTB class parameters for a link of ``spec``: rate = ceil, and a burst of at
+    least two jumbo frames or one timer tick of traffic, which keeps HTB exact at
+    these rates without letting a backlog through at once."""
     rate_bps = int(spec.rate_mbit * 1_000_000)
-    # A burst of at least two jumbo frames, or one timer tick of traffic, keeps
-    # HTB exact at these rates without letting a backlog through at once.
     burst = max(2 * (mtu + 14), rate_bps // 8 // 1000 + mtu + 14)
+    return {"rate": f"{rate_bps}bit", "ceil": f"{rate_bps}bit", "burst": burst,
+            "cburst": burst, "quantum": mtu + 14}
+
+
+def set_egress_queue(ipr: IPRoute, index: int, spec: LinkSpec, mtu: int,
+                     netem: tuple[float, float] | None = None) -> None:
+    """HTB at the link rate feeding a bounded FIFO: the switch buffer, with real drops.
+
+    ``netem=(delay_ms, loss)``: the FIFO is a netem qdisc of the same depth that
+    also delays (and drops a fraction ``loss``): a DCI link on a kernel with netem.
+    """
     ipr.tc("add", "htb", index, HTB_ROOT, default=HTB_CLASS & 0xFFFF)  # minor id
-    ipr.tc("add-class", "htb", index, HTB_CLASS, parent=HTB_ROOT, rate=f"{rate_bps}bit",
-           ceil=f"{rate_bps}bit", burst=burst, cburst=burst, quantum=mtu + 14)
-    ipr.tc("add", "pfifo", index, FIFO_HANDLE, parent=HTB_CLASS, limit=spec.queue_packets)
+    ipr.tc("add-class", "htb", index, HTB_CLASS, parent=HTB_ROOT, **htb_class(spec, mtu))
+    if netem is None:
+        ipr.tc("add", "pfifo", index, FIFO_HANDLE, parent=HTB_CLASS, limit=spec.queue_packets)
+    else:
+        delay_ms, loss = netem
+        ipr.tc("add", "netem", index, FIFO_HANDLE, parent=HTB_CLASS,
+               delay=int(delay_ms * 1000), loss=loss * 100, limit=spec.queue_packets)
+
+
+def netem_works(kernel: NodeKernel) -> bool:
+    """Whether this kernel has netem, tried on a scratch veth in ``kernel``'s namespace."""
+    ipr = kernel.ipr
+    ipr.link("add", ifname="saeprobe0", kind="veth", peer={"ifname": "saeprobe1"})
+    try:
+        index = ipr.link_lookup(ifname="saeprobe0")[0]
+        try:
+            ipr.tc("add", "netem", index, 0x10000, delay=1000)
+        except Exception:  # noqa: BLE001 - pyroute2 NetlinkError: no such qdisc kind
+            return False
+        return True
+    finally:
+        ipr.link("del", ifname="saeprobe0")
 
 
 def create_veths(pairs: list[tuple[str, int, str, int, int]]) -> None:
