@@ -30,15 +30,17 @@ KINDS: tuple[tuple[str, Failure], ...] = (
     ("gray link, 5 % loss", GrayLink("p0l0-p0s1", 0.05)),
 )
 FAIL_AT, RESTORE_AT, RUN_S = 1.0, 3.0, 4.0
-RATE_MBIT, PAYLOAD = 8.0, 4000
+RATE_MBIT, PAYLOAD, PORTS = 6.0, 3000, 2
 
 
 def _flows(spec: MultiPlaneClos) -> list[Flow]:
-    """Two flows (two source ports) from every host off rack 0 to each rack-0 host."""
+    """``PORTS`` flows (source ports) from every host off rack 0 to each rack-0 host: enough
+    5-tuples that ECMP puts some on every (plane, spine)."""
     rack0 = [h.name for h in spec.hosts if h.rack == 0]
     others = [h.name for h in spec.hosts if h.rack != 0]
-    return [Flow(src, dst, None, sport=51000 + 10 * i + j)
-            for i, src in enumerate(others) for j, dst in enumerate(rack0)]
+    return [Flow(src, dst, None, sport=51000 + 100 * i + 10 * j + k)
+            for i, src in enumerate(others) for j, dst in enumerate(rack0)
+            for k in range(PORTS)]
 
 
 def bench_failover(say: Callable[[str], None] = print, bfd: BfdTimers | None = None) -> dict:
@@ -66,11 +68,11 @@ def bench_failover(say: Callable[[str], None] = print, bfd: BfdTimers | None = N
             res = run_flows(fab, flows, rate_mbit=RATE_MBIT, seconds=RUN_S - 0.3,
                             payload=PAYLOAD)
             runner.join(timeout=10)
-            runner.stop()
+            runner.stop()  # also waits for the convergence measurement
             sent = sum(r.sent for r in res)
             lost = sum(r.lost for r in res)
             hit = [r for r in res if r.lost]
-            applied = next(e for e in events if e["action"] == "apply")
+            applied = next((e for e in events if e["action"] == "measured"), {})
             row = {"kind": label, "failure": failure.describe(),
                    "convergence_s": applied.get("convergence_s"),
                    "convergence_note": applied.get("convergence"),

@@ -221,8 +221,10 @@ class TimelineRunner:
     """Fires a timeline's events on a monotonic clock in a thread, logging each one.
 
     ``record`` receives one dict per event as it fires (scheduled and actual
-    time, what happened, any error, and whatever ``after_apply`` measured, e.g.
-    control-plane convergence). Failures still active at ``stop()`` are restored.
+    time, what happened, any error). ``after_apply`` (e.g. control-plane
+    convergence) runs in a thread of its own after each applied failure, so it
+    never delays later events, and its result is recorded as an extra
+    ``"measured"`` record. Failures still active at ``stop()`` are restored.
     """
 
     def __init__(self, fab, timeline: Timeline, record: Record,
@@ -234,6 +236,7 @@ class TimelineRunner:
         self.t0: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timeline", daemon=True)
+        self._measuring: list[threading.Thread] = []
 
     def start(self, t0: float | None = None) -> None:
         """Start firing; ``t0`` (monotonic) is time zero (default: now)."""
@@ -248,6 +251,8 @@ class TimelineRunner:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
+        for t in self._measuring:
+            t.join()
         for f, handle in reversed(list(self.active.items())):
             try:
                 f.restore(self.fab, handle)
@@ -273,7 +278,21 @@ class TimelineRunner:
                 else:
                     self.active[f] = f.apply(self.fab)
                     if self.after_apply is not None:
-                        rec.update(self.after_apply(f))
+                        self._measure(ev.at, f)
             except Exception as e:  # noqa: BLE001 - a failed event is logged, the run goes on
                 rec["error"] = repr(e)
             self.record(rec)
+
+    def _measure(self, at_s: float, f: Failure) -> None:
+        def run() -> None:
+            rec = {"at": at_s, "action": "measured", **f.describe()}
+            try:
+                rec.update(self.after_apply(f))
+            except Exception as e:  # noqa: BLE001 - logged with the event
+                rec["error"] = repr(e)
+            rec["fired"] = round(time.monotonic() - self.t0, 6)
+            self.record(rec)
+
+        t = threading.Thread(target=run, name="timeline-measure", daemon=True)
+        self._measuring.append(t)
+        t.start()
