@@ -91,6 +91,13 @@ def _check_ifname(name: str, what: str) -> None:
         raise ValueError(f"{what}={name!r} is not a valid interface name")
 
 
+def check_delay(delay_ms: float) -> None:
+    """Raise ValueError unless ``delay_ms`` is a number of milliseconds in [0, MAX_DELAY_MS]."""
+    if (isinstance(delay_ms, bool) or not isinstance(delay_ms, (int, float))
+            or not 0.0 <= delay_ms <= MAX_DELAY_MS):  # NaN fails the comparison too
+        raise ValueError(f"delay_ms={delay_ms!r} must be a number in [0, {MAX_DELAY_MS:g}] ms")
+
+
 def validate(ns_a_fd: int, ifname_a: str, ns_b_fd: int, ifname_b: str, delay_ms: float,
              loss: float, seed: int, mtu: int, queue_frames: int) -> None:
     """Raise ValueError naming the first bad argument of a DelayLine."""
@@ -99,9 +106,7 @@ def validate(ns_a_fd: int, ifname_a: str, ns_b_fd: int, ifname_b: str, delay_ms:
             raise ValueError(f"{what}={fd!r} must be an open namespace file descriptor (int >= 0)")
     _check_ifname(ifname_a, "ifname_a")
     _check_ifname(ifname_b, "ifname_b")
-    if (isinstance(delay_ms, bool) or not isinstance(delay_ms, (int, float))
-            or not 0.0 <= delay_ms <= MAX_DELAY_MS):  # NaN fails the comparison too
-        raise ValueError(f"delay_ms={delay_ms!r} must be a number in [0, {MAX_DELAY_MS:g}] ms")
+    check_delay(delay_ms)
     if (isinstance(loss, bool) or not isinstance(loss, (int, float))
             or not 0.0 <= loss <= 1.0):
         raise ValueError(f"loss={loss!r} must be a fraction in [0, 1]")
@@ -286,6 +291,15 @@ class DelayLine:
         if self.running:
             return self._read_cpu() or self._cpu_s
         return self._cpu_s
+
+    def set_delay(self, delay_ms: float) -> None:
+        """Change the one-way delay of a running line (frames already held keep theirs;
+        order is kept, so a shorter delay takes effect as the old frames drain)."""
+        check_delay(delay_ms)
+        if self._shm is None or not self.running:
+            raise RuntimeError("set_delay() needs a running delay line")
+        struct.pack_into("Q", self._shm, 8 * _relay.W_DELAY_NS, round(delay_ms * 1e6))
+        self.delay_ms = float(delay_ms)
 
     def stats(self) -> DelayLineStats:
         """Frames relayed and dropped per direction (live while running, final after stop)."""

@@ -46,6 +46,7 @@ PR_SET_TIMERSLACK = 29
 STATS_WORDS = 32
 W_STATE = 0  # 0 starting, 1 running, 2 exited
 W_SCHED = STATS_WORDS - 1  # the real-time priority the relay runs at (0: normal scheduling)
+W_DELAY_NS = STATS_WORDS - 2  # the one-way delay in ns: the parent may change it at run time
 DIR_WORDS = 8
 F_RELAYED, F_BYTES, F_LOST, F_OVERFLOW, F_ERRORS, F_MAX_QUEUE, F_LATE_MAX_NS, F_LATE_SUM_NS = (
     range(DIR_WORDS))
@@ -132,9 +133,12 @@ def _deliver(d: _Direction, now: float) -> None:
         free.append(slot)
 
 
-def relay(fd_a: int, fd_b: int, delay: float, loss: float, seed: int, slot: int, slots: int,
+def relay(fd_a: int, fd_b: int, loss: float, seed: int, slot: int, slots: int,
           st: memoryview, lifeline: int, spin: float, batch: int = 64) -> None:
-    """Relay frames both ways until ``lifeline`` becomes readable (EOF); never returns early."""
+    """Relay frames both ways until ``lifeline`` becomes readable (EOF); never returns early.
+
+    The delay is read from ``st[W_DELAY_NS]`` (frames keep FIFO order when it changes).
+    """
     os.set_blocking(fd_a, False)
     os.set_blocking(fd_b, False)
     ab = _Direction(fd_a, fd_b, slot, slots, 2 * seed, st, dir_base(0))
@@ -171,6 +175,7 @@ def relay(fd_a: int, fd_b: int, delay: float, loss: float, seed: int, slot: int,
                 if lead > spin:
                     lead = spin
             continue
+        delay = st[W_DELAY_NS] * 1e-9  # one word read per wake-up: a run-time change applies
         for fd in ready:
             if fd == fd_a:
                 _read_all(ab, delay, loss, batch)
@@ -216,12 +221,12 @@ def main(argv: list[str] | None = None) -> int:
             st[W_SCHED] = a.rt_priority
         except OSError:  # no CAP_SYS_NICE, or no real-time budget in this cgroup
             pass
+    st[W_DELAY_NS] = round(a.delay * 1e9)
     st[W_STATE] = 1
     os.write(a.ready_fd, b"1")
     os.close(a.ready_fd)
     try:
-        relay(a.fd_a, a.fd_b, a.delay, a.loss, a.seed, a.slot, a.slots, st, a.lifeline_fd,
-              a.spin)
+        relay(a.fd_a, a.fd_b, a.loss, a.seed, a.slot, a.slots, st, a.lifeline_fd, a.spin)
     finally:
         st[W_STATE] = 2
     return 0

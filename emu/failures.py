@@ -10,6 +10,7 @@ topology before anything runs, with ``apply(fab)`` and ``restore(fab)``:
 * ``GrayLink``: random loss of a fraction of packets, both directions, by
   nftables ``numgen random`` in the switch end's namespace.
 * ``RateDegrade``: the link's HTB rate changed at run time (both directions).
+* ``DciDelay``: a DCI link's one-way delay changed at run time (DCI links only).
 * ``Microbursts``: line-rate cross traffic overflowing one egress FIFO.
 
 Admin-down deletes the routes through the interface, so a restore brings the
@@ -24,9 +25,10 @@ import subprocess
 import threading
 from dataclasses import dataclass, replace
 
+from emu.delayline import check_delay
 from emu.errors import EmuError
 from emu.fabric import Fabric
-from emu.kernel import HTB_CLASS, HTB_ROOT, NUD_PERMANENT, htb_class
+from emu.kernel import FIFO_HANDLE, HTB_CLASS, HTB_ROOT, NUD_PERMANENT, htb_class
 from emu.microburst import Microburst, MicroburstSpec, plan_routes
 from topologies import Link, LinkSpec, MultiPlaneClos, Role, TopologyError
 
@@ -273,6 +275,49 @@ class RateDegrade:
 
 
 @dataclass(frozen=True)
+class DciDelay:
+    """The one-way delay of a long-haul DCI ``link`` becomes ``delay_ms`` until restored
+    (a reroute onto a longer fibre path). Only DCI links have delay lines."""
+
+    link: str
+    delay_ms: float
+
+    def validate(self, spec: MultiPlaneClos) -> None:
+        lk = _check_link(spec, self.link)
+        if lk.tier != "dci":
+            dci = [x.name for x in spec.links if x.tier == "dci"]
+            raise EmuError(f"link {self.link!r} is a {lk.tier} link: delay lines exist only on "
+                           f"DCI links ({', '.join(dci[:6]) if dci else 'this fabric has none'})")
+        try:
+            check_delay(self.delay_ms)
+        except ValueError as e:
+            raise EmuError(str(e)) from None
+
+    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+        return (_check_link(spec, self.link),)
+
+    def _set(self, fab: Fabric, delay_ms: float) -> None:
+        if fab.delay_backend_used == "userspace":
+            fab.delay_lines[self.link].set_delay(delay_ms)
+            return
+        lk = _check_link(fab.spec, self.link)
+        for node, ifname in _ends(lk):
+            k = fab.kernels[node]
+            k.ipr.tc("change", "netem", k.ifindex[ifname], FIFO_HANDLE, parent=HTB_CLASS,
+                     delay=int(delay_ms * 1000), loss=fab.spec.dci.loss * 100,
+                     limit=lk.spec.queue_packets)
+
+    def apply(self, fab: Fabric) -> None:
+        self._set(fab, self.delay_ms)
+
+    def restore(self, fab: Fabric, handle: object = None) -> None:
+        self._set(fab, fab.spec.dci.delay_ms)
+
+    def describe(self) -> dict:
+        return {"kind": "dci_delay", "link": self.link, "delay_ms": self.delay_ms}
+
+
+@dataclass(frozen=True)
 class Microbursts:
     """Line-rate cross-traffic bursts onto one egress (see emu.microburst) until restored.
 
@@ -307,4 +352,5 @@ class Microbursts:
                 "on_ms": b.on_ms, "every_ms": b.every_ms, "rate_mbit": b.rate_mbit}
 
 
-Failure = LinkDown | SwitchDown | PlaneDown | LinkFlap | GrayLink | RateDegrade | Microbursts
+Failure = (LinkDown | SwitchDown | PlaneDown | LinkFlap | GrayLink | RateDegrade | DciDelay
+           | Microbursts)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from emu.errors import EmuError
 from emu.failures import (
+    DciDelay,
     Failure,
     GrayLink,
     LinkDown,
@@ -102,6 +103,11 @@ def microburst(target: str, sources: list[str] | tuple[str, ...], on_ms: float,
                                       payload=payload, seed=seed))
 
 
+def delay_link(link: str, delay_ms: float) -> DciDelay:
+    """A DCI link's one-way delay set to ``delay_ms`` (DCI links only)."""
+    return DciDelay(link, delay_ms)
+
+
 def restore(failure: Failure) -> Restore:
     """Undo a failure."""
     return Restore(failure)
@@ -115,7 +121,7 @@ def at(t: float, action: Failure | Restore) -> Event:
 VOCABULARY: dict[str, Callable[..., Failure]] = {
     "fail_link": fail_link, "fail_switch": fail_switch, "fail_plane": fail_plane,
     "flap_link": flap_link, "gray_link": gray_link, "degrade_link": degrade_link,
-    "microburst": microburst,
+    "microburst": microburst, "delay_link": delay_link,
 }
 
 
@@ -184,6 +190,7 @@ def load(path: str | Path) -> Timeline:
 _TOML_ARGS = {"fail_link": {"link"}, "fail_switch": {"switch"}, "fail_plane": {"plane"},
               "flap_link": {"link", "period_s", "duty"}, "gray_link": {"link", "loss"},
               "degrade_link": {"link", "rate_mbit"},
+              "delay_link": {"link", "delay_ms"},
               "microburst": {"target", "sources", "on_ms", "every_ms", "rate_mbit", "payload",
                              "seed"}}
 

@@ -91,6 +91,24 @@ def test_cross_dc_rtt_is_twice_the_configured_delay(fab):
     assert abs(added - 2 * DELAY_MS) < 0.1 * 2 * DELAY_MS, (local, remote)
 
 
+def test_dci_delay_changes_at_run_time_and_restores(fab):
+    from emu.failures import DciDelay
+
+    longer = [DciDelay(lk.name, 3 * DELAY_MS) for lk in SA.dci_links]
+    local = rtt_ms(fab, "h0", "h1")
+    for d in longer:
+        d.validate(SA)
+        d.apply(fab)
+    try:
+        added = rtt_ms(fab, "h0", "d1h1") - local
+        assert abs(added - 6 * DELAY_MS) < 0.1 * 6 * DELAY_MS
+    finally:
+        for d in longer:
+            d.restore(fab)
+    added = rtt_ms(fab, "h0", "d1h1") - local
+    assert abs(added - 2 * DELAY_MS) < 0.1 * 2 * DELAY_MS
+
+
 def test_delay_lines_stop_with_the_fabric():
     small = ScaleAcross(dcs=tuple(MultiPlaneClos(planes=1, spines=1, leaves=1,
                                                  hosts_per_leaf=1, dc=d) for d in range(2)),

@@ -11,6 +11,7 @@ from emu.timeline import (
     Timeline,
     at,
     degrade_link,
+    delay_link,
     fail_link,
     fail_plane,
     fail_switch,
@@ -63,6 +64,7 @@ def test_toml_and_python_give_the_same_timeline(tmp_path):
     ([at(1.0, flap_link("p0l0-p0s1", 0.001))], "period_s"),
     ([at(1.0, flap_link("p0l0-p0s1", 1.0, duty=1.0))], "duty"),
     ([at(1.0, degrade_link("p0l0-p0s1", 0))], "rate_mbit"),
+    ([at(1.0, delay_link("p0l0-p0s1", 5.0))], "delay lines exist only on DCI links"),
 ])
 def test_bad_timelines_fail_before_running(events, match):
     with pytest.raises(EmuError, match=match):
@@ -101,3 +103,17 @@ def test_bad_files(tmp_path):
     (tmp_path / "n.py").write_text("events = []\n")
     with pytest.raises(EmuError, match="must define"):
         load(tmp_path / "n.py")
+
+
+def test_delay_link_on_a_scaleacross():
+    from topologies import DciSpec, ScaleAcross
+
+    sa = ScaleAcross(dcs=tuple(MultiPlaneClos(planes=2, spines=2, leaves=2, hosts_per_leaf=1,
+                                              dc=d) for d in range(2)),
+                     dci=DciSpec(rate_mbit=100.0, delay_ms=5.0))
+    d = delay_link("p0x-d1p0x", 12.0)
+    Timeline((at(1.0, d), at(2.0, restore(d)))).validate(sa)
+    with pytest.raises(EmuError, match="delay lines exist only on DCI links .*p0x-d1p0x"):
+        Timeline((at(1.0, delay_link("p0l0-p0s0", 1.0)),)).validate(sa)
+    with pytest.raises(EmuError, match="delay_ms=2000"):
+        Timeline((at(1.0, delay_link("p0x-d1p0x", 2000)),)).validate(sa)
