@@ -90,8 +90,50 @@ class Link:
 _DEFAULT_LINK = LinkSpec(100.0, 100)
 
 
+class GraphLookup:
+    """Name lookups over ``self.nodes`` and ``self.links``, shared by every topology."""
+
+    nodes: tuple[Node, ...]
+    links: tuple[Link, ...]
+
+    @cached_property
+    def _nodes_by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    @cached_property
+    def _links_by_name(self) -> dict[str, Link]:
+        return {link.name: link for link in self.links}
+
+    @cached_property
+    def _ports_by_node(self) -> dict[str, tuple[Port, ...]]:
+        ports: dict[str, list[Port]] = {n.name: [] for n in self.nodes}
+        for link in self.links:
+            ports[link.a.node].append(link.a)
+            ports[link.b.node].append(link.b)
+        return {name: tuple(p) for name, p in ports.items()}
+
+    def node(self, name: str) -> Node:
+        """The node called ``name``; TopologyError listing valid names otherwise."""
+        try:
+            return self._nodes_by_name[name]
+        except (KeyError, TypeError):
+            raise TopologyError(_unknown("node", name, self._nodes_by_name)) from None
+
+    def link(self, name: str) -> Link:
+        """The link called ``name`` (``"{a}-{b}"``); TopologyError otherwise."""
+        try:
+            return self._links_by_name[name]
+        except (KeyError, TypeError):
+            raise TopologyError(_unknown("link", name, self._links_by_name)) from None
+
+    def ports(self, node_name: str) -> tuple[Port, ...]:
+        """Every interface of a node, in link order (hosts: one per plane; leaves: hosts
+        then spines; a spine's DCI port after its leaf ports)."""
+        return self._ports_by_node[self.node(node_name).name]
+
+
 @dataclass(frozen=True)
-class MultiPlaneClos:
+class MultiPlaneClos(GraphLookup):
     """Parameters of one multi-plane Clos fabric, validated on construction.
 
     Derived views (nodes, links, ports, paths) are computed lazily and cached
@@ -196,17 +238,6 @@ class MultiPlaneClos:
         """Hosts, then switches."""
         return self.hosts + self.switches
 
-    @cached_property
-    def _nodes_by_name(self) -> dict[str, Node]:
-        return {n.name: n for n in self.nodes}
-
-    def node(self, name: str) -> Node:
-        """The node called ``name``; TopologyError listing valid names otherwise."""
-        try:
-            return self._nodes_by_name[name]
-        except (KeyError, TypeError):
-            raise TopologyError(_unknown("node", name, self._nodes_by_name)) from None
-
     def leaf_of(self, host: str, plane: int) -> Node:
         """The leaf that ``host`` attaches to in ``plane``."""
         rack = self.rack_of(host)
@@ -272,29 +303,6 @@ class MultiPlaneClos:
                         )
                     )
         return tuple(out)
-
-    @cached_property
-    def _links_by_name(self) -> dict[str, Link]:
-        return {link.name: link for link in self.links}
-
-    @cached_property
-    def _ports_by_node(self) -> dict[str, tuple[Port, ...]]:
-        ports: dict[str, list[Port]] = {n.name: [] for n in self.nodes}
-        for link in self.links:
-            ports[link.a.node].append(link.a)
-            ports[link.b.node].append(link.b)
-        return {name: tuple(p) for name, p in ports.items()}
-
-    def link(self, name: str) -> Link:
-        """The link called ``name`` (``"{a}-{b}"``); TopologyError otherwise."""
-        try:
-            return self._links_by_name[name]
-        except (KeyError, TypeError):
-            raise TopologyError(_unknown("link", name, self._links_by_name)) from None
-
-    def ports(self, node_name: str) -> tuple[Port, ...]:
-        """Every interface of a node (hosts: one per plane; leaves: hosts then spines)."""
-        return self._ports_by_node[self.node(node_name).name]
 
     # --- addresses -------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from topologies import addressing, naming
 from topologies._validate import check_int, check_number
-from topologies.clos import Link, LinkSpec, MultiPlaneClos, Node, Port
+from topologies.clos import GraphLookup, Link, LinkSpec, MultiPlaneClos, Node, Port
 from topologies.errors import TopologyError
 from topologies.roles import Role
 
@@ -69,7 +69,7 @@ class DciSpec:
 
 
 @dataclass(frozen=True)
-class ScaleAcross:
+class ScaleAcross(GraphLookup):
     """Two or more DCs, ``dcs[i]`` being DC ``i``, joined by ``dci`` links.
 
     All DCs must have the same number of planes: a plane is one end-to-end
@@ -217,21 +217,6 @@ class ScaleAcross:
         """Hosts, then switches."""
         return self.hosts + self.switches
 
-    @cached_property
-    def _nodes_by_name(self) -> dict[str, Node]:
-        return {n.name: n for n in self.nodes}
-
-    def node(self, name: str) -> Node:
-        """The node called ``name`` in whichever DC holds it (DCI routers included)."""
-        try:
-            return self._nodes_by_name[name]
-        except (KeyError, TypeError):
-            names = list(self._nodes_by_name)
-            raise TopologyError(
-                f"unknown node {name!r}: valid names are {', '.join(names[:8])}, ... "
-                f"({len(names)} in total)"
-            ) from None
-
     def dc_of(self, name: str) -> int:
         """Index of the DC that node ``name`` belongs to."""
         return self.node(name).dc
@@ -315,34 +300,6 @@ class ScaleAcross:
         return (
             tuple(link for dc in self.dcs for link in dc.links) + self.dci_up_links + self.dci_links
         )
-
-    @cached_property
-    def _links_by_name(self) -> dict[str, Link]:
-        return {link.name: link for link in self.links}
-
-    @cached_property
-    def _ports_by_node(self) -> dict[str, tuple[Port, ...]]:
-        ports: dict[str, list[Port]] = {n.name: [] for n in self.nodes}
-        for link in self.links:
-            ports[link.a.node].append(link.a)
-            ports[link.b.node].append(link.b)
-        return {name: tuple(p) for name, p in ports.items()}
-
-    def link(self, name: str) -> Link:
-        """The link called ``name`` (``"{a}-{b}"``); TopologyError otherwise."""
-        try:
-            return self._links_by_name[name]
-        except (KeyError, TypeError):
-            names = list(self._links_by_name)
-            raise TopologyError(
-                f"unknown link {name!r}: valid names are {', '.join(names[:8])}, ... "
-                f"({len(names)} in total)"
-            ) from None
-
-    def ports(self, node_name: str) -> tuple[Port, ...]:
-        """Every interface of a node (a spine's DCI port ``x`` comes after its leaf ports;
-        a DCI router has its spine ports, then its long-haul ports)."""
-        return self._ports_by_node[self.node(node_name).name]
 
     # --- addresses ----------------------------------------------------------------------
 

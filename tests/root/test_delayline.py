@@ -35,6 +35,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import IFF_MULTICAST, IFF_NOARP, IFF_UP
 from emu.delayline import DelayLine
 from emu.kernel import NUD_PERMANENT, set_egress_queue
 from emu.netns import entered, ns_inode, write_sysctl
+from emu.registry import pid_alive
 from topologies import LinkSpec
 
 pytestmark = pytest.mark.root
@@ -128,11 +129,8 @@ def udp(ns: Namespace, addr: str, port: int = 0) -> socket.socket:
 
 
 def gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
+    """True once ``pid`` no longer runs (exited, or a zombie waiting for its parent)."""
+    return not pid_alive(pid)
 
 
 # -- measurements -----------------------------------------------------------------------------
@@ -511,6 +509,7 @@ def test_relay_death_removes_taps(pair: tuple[Namespace, Namespace]) -> None:
 PARENT = r"""
 import os, sys, time
 from emu.delayline import DelayLine
+from emu.registry import pid_alive
 a, b = (os.open(p, os.O_RDONLY) for p in sys.argv[1:3])
 line = DelayLine(a, "dci-a", b, "dci-b", 3.0).start()
 print(line.pid, flush=True)

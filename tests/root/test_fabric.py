@@ -21,6 +21,7 @@ from emu import registry
 from emu.counters import interface_packets, queue_stats
 from emu.fabric import Fabric
 from emu.netns import NETNS_RUN_DIR, entered, ns_inode
+from emu.registry import pid_alive
 from emu.srv6 import pin_socket
 from emu.traffic import Flow, run_flows
 from topologies import MultiPlaneClos, Path
@@ -48,11 +49,7 @@ def link_names() -> set[str]:
 
 def gone(pid: int) -> bool:
     """True once ``pid`` no longer runs (exited, or a zombie waiting for its parent)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
+    return not pid_alive(pid)
 
 
 def wait_gone(pids: list[int], timeout: float = 5.0) -> None:

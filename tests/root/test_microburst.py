@@ -18,6 +18,7 @@ from emu.counters import queue_stats
 from emu.fabric import Fabric
 from emu.microburst import Microburst, MicroburstSpec
 from emu.netns import ns_inode
+from emu.registry import pid_alive
 from topologies import LinkSpec, MultiPlaneClos
 
 pytestmark = pytest.mark.root
@@ -86,11 +87,8 @@ def drop_intervals(samples: list[tuple[float, int]]) -> list[tuple[float, float,
 
 
 def gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except OSError:
-        return True
+    """True once ``pid`` no longer runs (exited, or a zombie waiting for its parent)."""
+    return not pid_alive(pid)
 
 
 def burst_processes(fab: Fabric) -> list[int]:
