@@ -126,6 +126,18 @@ class GraphLookup:
         except (KeyError, TypeError):
             raise TopologyError(_unknown("link", name, self._links_by_name)) from None
 
+    def _host(self, name: str) -> Node:
+        node = self.node(name)
+        if node.role is not Role.HOST:
+            raise TopologyError(f"{name!r} is a {node.role.value}, not a host")
+        return node
+
+    def _switch(self, name: str) -> Node:
+        node = self.node(name)
+        if node.role is Role.HOST:
+            raise TopologyError(f"{name!r} is a host, not a switch")
+        return node
+
     def ports(self, node_name: str) -> tuple[Port, ...]:
         """Every interface of a node, in link order (hosts: one per plane; leaves: hosts
         then spines; a spine's DCI port after its leaf ports)."""
@@ -249,18 +261,6 @@ class MultiPlaneClos(GraphLookup):
         node = self._host(host)
         assert node.rack is not None  # hosts always have a rack
         return node.rack
-
-    def _host(self, name: str) -> Node:
-        node = self.node(name)
-        if node.role is not Role.HOST:
-            raise TopologyError(f"{name!r} is a {node.role.value}, not a host")
-        return node
-
-    def _switch(self, name: str) -> Node:
-        node = self.node(name)
-        if node.role is Role.HOST:
-            raise TopologyError(f"{name!r} is a host, not a switch")
-        return node
 
     # --- links and ports -----------------------------------------------------
 

@@ -239,18 +239,6 @@ class ScaleAcross(GraphLookup):
         """Rack of ``host`` within its own DC (racks of different DCs share numbers)."""
         return self.fabric_of(self._host(host).name).rack_of(host)
 
-    def _host(self, name: str) -> Node:
-        node = self.node(name)
-        if node.role is not Role.HOST:
-            raise TopologyError(f"{name!r} is a {node.role.value}, not a host")
-        return node
-
-    def _switch(self, name: str) -> Node:
-        node = self.node(name)
-        if node.role is Role.HOST:
-            raise TopologyError(f"{name!r} is a host, not a switch")
-        return node
-
     # --- links and ports --------------------------------------------------------------
 
     @cached_property
