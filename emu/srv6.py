@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Sequence
 from ipaddress import IPv6Address
 
 from topologies import Path
@@ -20,17 +21,21 @@ SRH_TYPE = 4
 _SRH_FIXED = struct.Struct("!BBBBBBH")
 
 
-def srh_option(path: Path) -> bytes:
-    """The SRH bytes for IPV6_RTHDR that send a packet along ``path``.
+def srh_bytes(transit: Sequence[IPv6Address | str]) -> bytes:
+    """IPV6_RTHDR option bytes that send a packet through the ``transit`` SIDs (in order).
 
     Layout (RFC 8754): segments are stored last-first; segment 0 is the final
     destination, which the kernel overwrites with each packet's destination.
     """
-    transit: tuple[IPv6Address, ...] = path.segments[:-1]
-    segs = [IPv6Address("::"), *reversed(transit)]
+    segs = [IPv6Address("::"), *(IPv6Address(a) for a in reversed(transit))]
     n = len(segs)
     head = _SRH_FIXED.pack(0, 2 * n, SRH_TYPE, n - 1, n - 1, 0, 0)
     return head + b"".join(a.packed for a in segs)
+
+
+def srh_option(path: Path) -> bytes:
+    """The SRH bytes for IPV6_RTHDR that send a packet along ``path``."""
+    return srh_bytes(path.segments[:-1])
 
 
 def pin_socket(sock: socket.socket, path: Path) -> None:

@@ -1,0 +1,202 @@
+"""Packet captures on a fabric port (tcpdump inside the node's namespace), decoded with scapy.
+
+    with Capture(fab, "p0s1", "l1", tmp / "spine.pcap") as cap:
+        ...send traffic...
+    cap.stats                      # CaptureStats(captured=..., dropped=...)
+    for pkt in decode(cap.path):   # Ether / IPv6 / SRH / UDP / SaeTransport
+        ...
+
+``Capture`` starts ``nsenter --net=/run/netns/NS tcpdump -i IFNAME -w PATH -U ...``,
+returns from ``__enter__`` only once tcpdump says "listening on" (the socket is
+open and filtered: nothing sent afterwards is missed), and on exit stops it with
+SIGINT and waits for it, so the pcap is complete and closed. The process runs
+in the node's namespace, so a fabric teardown kills it too if it is still up.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from emu.errors import EmuError
+from emu.netns import NETNS_RUN_DIR
+
+if TYPE_CHECKING:
+    from emu.fabric import Fabric
+
+DEFAULT_FILTER = "udp port 4791"
+_COUNT = re.compile(r"^(\d+) packets? (captured|received by filter|dropped by kernel)", re.M)
+
+
+@dataclass(frozen=True)
+class CaptureStats:
+    """tcpdump's own counters, printed when it stops (None if it did not print them)."""
+
+    captured: int | None
+    received: int | None
+    dropped: int | None
+
+
+class Capture:
+    """A tcpdump on one interface of one node of a running fabric, as a context manager."""
+
+    def __init__(self, fab: Fabric, node: str, ifname: str, path: str | os.PathLike[str],
+                 filter: str = DEFAULT_FILTER, snaplen: int = 256,
+                 start_timeout: float = 5.0, stop_timeout: float = 5.0) -> None:
+        if fab.net is None or not fab.kernels:
+            raise EmuError("Capture needs a running fabric (inside `with Fabric(...)`)")
+        fab.spec.node(node)  # TopologyError listing valid node names
+        ports = [p.ifname for p in fab.spec.ports(node)]
+        if ifname not in ports:
+            raise EmuError(f"node {node!r} has no interface {ifname!r}: valid interfaces are "
+                           f"{', '.join(ports)}")
+        if not isinstance(snaplen, int) or snaplen < 0:
+            raise EmuError(f"snaplen={snaplen!r} is invalid: a byte count >= 0 (0: no limit)")
+        self.fab = fab
+        self.node = node
+        self.ifname = ifname
+        self.path = Path(path)
+        self.filter = filter
+        self.snaplen = snaplen
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.stats: CaptureStats | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stderr = b""
+
+    def __repr__(self) -> str:
+        state = "running" if self._proc is not None else "stopped"
+        return f"Capture({self.node}:{self.ifname} -> {str(self.path)!r}, {state})"
+
+    def command(self) -> list[str]:
+        """The command line that runs the capture."""
+        netns = NETNS_RUN_DIR / self.fab.netns(self.node)
+        # -Z root: Debian's tcpdump otherwise drops to user tcpdump and may not create PATH.
+        # --immediate-mode: packets reach the file at once, none wait in a ring block at exit.
+        cmd = ["nsenter", f"--net={netns}", "tcpdump", "-i", self.ifname, "-w", str(self.path),
+               "-U", "-s", str(self.snaplen), "-n", "-Z", "root", "--immediate-mode"]
+        return cmd + ([self.filter] if self.filter else [])
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Capture:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> Capture:
+        """Start tcpdump; returns once it captures. EmuError (with its output) otherwise."""
+        if self._proc is not None:
+            raise EmuError(f"{self!r} is already running")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.stats = None
+        self._stderr = b""
+        # Own session: a Ctrl-C at the terminal must not end the capture before stop().
+        proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        self._proc = proc
+        try:
+            self._wait_listening(proc)
+        except BaseException:
+            self._kill()
+            raise
+        return self
+
+    def _wait_listening(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + self.start_timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stderr, selectors.EVENT_READ)
+            while b"listening on" not in self._stderr:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise EmuError(f"tcpdump on {self.node}:{self.ifname} did not start "
+                                   f"capturing within {self.start_timeout} s: "
+                                   f"{self._stderr.decode(errors='replace').strip()!r}")
+                if not sel.select(left):
+                    continue
+                chunk = os.read(proc.stderr.fileno(), 4096)
+                if not chunk:  # tcpdump exited
+                    rc = proc.wait()
+                    raise EmuError(f"tcpdump on {self.node}:{self.ifname} exited with {rc} "
+                                   f"before capturing: "
+                                   f"{self._stderr.decode(errors='replace').strip()!r}")
+                self._stderr += chunk
+
+    def stop(self) -> CaptureStats | None:
+        """Stop tcpdump (SIGINT: it flushes and closes the pcap) and wait for it; idempotent.
+        Returns (and keeps in ``stats``) tcpdump's counters."""
+        proc = self._proc
+        if proc is None:
+            return self.stats
+        try:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=self.stop_timeout)
+            self._stderr += err or b""
+        except subprocess.TimeoutExpired:
+            self._kill()
+            raise EmuError(f"tcpdump on {self.node}:{self.ifname} did not stop within "
+                           f"{self.stop_timeout} s of SIGINT (killed; {self.path} may be "
+                           "incomplete)") from None
+        self._proc = None
+        self.stats = _parse_stats(self._stderr.decode(errors="replace"))
+        if proc.returncode not in (0, -signal.SIGINT, -signal.SIGKILL, -signal.SIGTERM):
+            raise EmuError(f"tcpdump on {self.node}:{self.ifname} failed ({proc.returncode}): "
+                           f"{self.output!r}")
+        return self.stats
+
+    def _kill(self) -> None:
+        proc = self._proc
+        self._proc = None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()  # this one process, by its pid
+        try:
+            _, err = proc.communicate(timeout=self.stop_timeout)
+            self._stderr += err or b""
+        except subprocess.TimeoutExpired:
+            pass
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def output(self) -> str:
+        """What tcpdump wrote to stderr so far."""
+        return self._stderr.decode(errors="replace").strip()
+
+
+def _parse_stats(text: str) -> CaptureStats:
+    counts = {kind: int(n) for n, kind in _COUNT.findall(text)}
+    return CaptureStats(counts.get("captured"), counts.get("received by filter"),
+                        counts.get("dropped by kernel"))
+
+
+def decode(path: str | os.PathLike[str]) -> list:
+    """Every packet of a pcap file, decoded by scapy with SaeTransport on UDP 4791."""
+    import scapy.layers.inet6  # noqa: F401 - IPv6 and the SRH for Ether type 0x86dd
+    from scapy.utils import rdpcap
+
+    from transports.scapy_layer import register
+
+    register()
+    return list(rdpcap(str(path)))

@@ -1,0 +1,238 @@
+"""The UDP driver: runs transport cores for one host, inside that host's namespace.
+
+One driver process per host (so the hosts' Python work spreads over the cores
+of the machine). It is given a plan (JSON on stdin): its connections, the
+messages to send and receive, and for MRC the transit segments of every path
+(EV) to each peer. It binds one receive socket on the transport port of the
+host's address; for MRC one send socket per distinct path (the socket carries
+the path's SRH, shared by every peer behind the same transit SIDs); for RC one
+socket with a fixed source port (ECMP hashes the 5-tuple once). Message bytes
+are generated from a seed on both ends, so the receiver verifies them by
+SHA-256 without the harness shipping data. Results go to stdout as one JSON
+document; a progress line per completed message goes to stderr.
+
+Protocol on stdin: line 1 is the plan; the driver sets up, prints ``ready`` on
+stderr, then reads line 2: the CLOCK_MONOTONIC time (shared by every process on
+the machine) at which all drivers post their sends.
+
+    python -m transports.driver   (plan line, then start-time line, on stdin)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import resource
+import select
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+
+from emu.srv6 import IPV6_RTHDR, srh_bytes
+from transports.api import Completion, Core
+from transports.wire import UDP_PORT
+
+SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
+
+
+def message_bytes(seed: int, size: int) -> bytes:
+    """The deterministic content of a message (both ends derive it from the seed)."""
+    return random.Random(seed).randbytes(size)
+
+
+def make_core(transport: str, conn: int, evs: int, config: dict, seed: int) -> Core:
+    """A core of ``transport`` ("mrc", "rc") for one connection."""
+    if transport == "mrc":
+        from transports.mrc import MrcConfig, MrcCore
+
+        return MrcCore(conn, evs, MrcConfig(**config), seed)
+    if transport == "rc":
+        from transports.rc import RcConfig, RcCore
+
+        return RcCore(conn, RcConfig(**config), seed)
+    raise ValueError(f"transport={transport!r} is not a UDP core: use 'mrc' or 'rc'")
+
+
+@dataclass
+class Conn:
+    """One connection of this host: its core, peer address and the socket of each EV."""
+
+    core: Core
+    peer: tuple[str, int]
+    ev_socks: list[socket.socket]
+    sent_per_ev: list[int] = field(default_factory=list)
+
+
+class Driver:
+    """Event loop: receive socket, per-EV send sockets, core timers."""
+
+    def __init__(self, plan: dict) -> None:
+        self.plan = plan
+        self.addr = plan["addr"]
+        self.transport = plan["transport"]
+        self.rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        self.rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
+        self.rx.bind((self.addr, UDP_PORT))
+        self.rx.setblocking(False)
+        self.path_socks: dict[tuple[str, ...], socket.socket] = {}
+        self.conns: dict[int, Conn] = {}
+        self.malformed_conn = 0
+        for c in plan["conns"]:
+            paths = c.get("paths") or [[]]
+            socks = [self._sock_for(tuple(p), c.get("sport", 0)) for p in paths]
+            core = make_core(self.transport, c["conn"], len(paths), plan.get("config", {}),
+                             plan.get("seed", 0) * 1000 + c["conn"])
+            self.conns[c["conn"]] = Conn(core, (c["peer_addr"], UDP_PORT), socks,
+                                         [0] * len(paths))
+
+    def _sock_for(self, transit: tuple[str, ...], sport: int) -> socket.socket:
+        key = transit + ((f"sport{sport}",) if not transit else ())
+        s = self.path_socks.get(key)
+        if s is None:
+            s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 4 << 20)
+            s.bind((self.addr, sport))
+            if transit:
+                s.setsockopt(socket.IPPROTO_IPV6, IPV6_RTHDR, srh_bytes(transit))
+            self.path_socks[key] = s
+        return s
+
+    def _send(self, conn: Conn, txs: list) -> None:
+        for ev, data in txs:
+            try:
+                conn.ev_socks[ev].sendto(data, conn.peer)
+                conn.sent_per_ev[ev] += 1
+            except (BlockingIOError, OSError):
+                pass  # a full NIC queue or a dead first hop: the packet is lost, as on a wire
+
+    def run(self) -> dict:
+        """Post every receive and send of the plan, loop until all complete or the deadline."""
+        t_start = time.monotonic()
+        cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        deadline = t_start + self.plan.get("deadline_s", 60.0)
+        pending = 0
+        expect: dict[tuple[int, int, str], dict] = {}
+        bufs: dict[tuple[int, int], bytearray] = {}
+        for r in self.plan.get("recvs", []):
+            conn = self.conns[r["conn"]]
+            buf = bytearray(r["size"])
+            bufs[(r["conn"], r["msg"])] = buf
+            self._send(conn, conn.core.post_recv(r["msg"], buf, time.monotonic()))
+            expect[(r["conn"], r["msg"], "recv")] = r
+            pending += 1
+        sends = []
+        for s in self.plan.get("sends", []):
+            sends.append((s, message_bytes(s["seed"], s["size"])))
+        t0 = wait_for_start()
+        for s, data in sends:
+            conn = self.conns[s["conn"]]
+            self._send(conn, conn.core.post_send(s["msg"], data, t0))
+            expect[(s["conn"], s["msg"], "send")] = s
+            pending += 1
+        done: list[dict] = []
+        timeline: list[tuple[float, int]] = []  # (t, bytes placed so far) for goodput
+        placed = 0
+        buf = bytearray(65536)
+        view = memoryview(buf)
+        next_sample = t0
+        rx = self.rx
+        while pending and time.monotonic() < deadline:
+            now = time.monotonic()
+            wake = min((d for c in self.conns.values()
+                        if (d := c.core.next_deadline()) is not None), default=now + 0.05)
+            timeout = max(0.0, min(wake, deadline) - now)
+            readable = select.select([rx], [], [], timeout)[0]
+            now = time.monotonic()
+            if readable:
+                while True:
+                    try:
+                        n = rx.recv_into(buf)
+                    except BlockingIOError:
+                        break
+                    conn = self.conns.get(_conn_of(view, n))
+                    if conn is None:
+                        self.malformed_conn += 1
+                        continue
+                    self._send(conn, conn.core.on_packet(view[:n], now))
+            for conn in self.conns.values():
+                d = conn.core.next_deadline()
+                if d is not None and d <= now:
+                    self._send(conn, conn.core.on_timer(now))
+                for comp in conn.core.completions():
+                    pending -= 1
+                    done.append(self._finish(conn, comp, expect, bufs, t0))
+                    if comp.kind == "recv" and comp.ok:
+                        placed += comp.nbytes
+            if now >= next_sample:
+                timeline.append((round(now - t0, 4), self._bytes_in(placed)))
+                next_sample = now + 0.01
+        cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+        for key, item in expect.items():
+            if not any(d["conn"] == key[0] and d["msg"] == key[1] and d["kind"] == key[2]
+                       for d in done):
+                done.append({"conn": key[0], "msg": key[1], "kind": key[2], "ok": False,
+                             "error": "deadline", "bytes": item["size"]})
+        return {
+            "host": self.plan["host"], "transport": self.transport, "t0": t0,
+            "messages": done, "timeline": timeline,
+            "cpu_s": round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 4),
+            "sent_per_ev": {c: conn.sent_per_ev for c, conn in self.conns.items()},
+            "stats": {c: dict(getattr(conn.core, "stats", {})) for c, conn in self.conns.items()},
+            "unknown_conn": self.malformed_conn,
+        }
+
+    def _bytes_in(self, placed: int) -> int:
+        # Bytes placed so far, including partially received messages, from the cores.
+        total = 0
+        for conn in self.conns.values():
+            total += int(getattr(conn.core, "stats", {}).get("rx_data_bytes", 0))
+        return total or placed
+
+    def _finish(self, conn: Conn, comp: Completion, expect: dict, bufs: dict,
+                t0: float) -> dict:
+        c = conn.core.conn
+        out = {"conn": c, "msg": comp.msg, "kind": comp.kind, "ok": comp.ok,
+               "bytes": comp.nbytes, "t": round(comp.t - t0, 6), "error": comp.error}
+        if comp.kind == "recv" and comp.ok:
+            want = expect[(c, comp.msg, "recv")]
+            got = bufs[(c, comp.msg)]
+            out["sha256_ok"] = (hashlib.sha256(got).digest()
+                                == hashlib.sha256(message_bytes(want["seed"], want["size"]))
+                                .digest())
+        print(json.dumps({"host": self.plan["host"], **out}), file=sys.stderr, flush=True)
+        return out
+
+
+_CONN = struct.Struct("!I")
+
+
+def _conn_of(view: memoryview, n: int) -> int:
+    return _CONN.unpack_from(view, 4)[0] if n >= 8 else -1
+
+
+def wait_for_start() -> float:
+    """Say ready, read the common start time, sleep until it; return it."""
+    print("ready", file=sys.stderr, flush=True)
+    line = sys.stdin.readline()
+    start_at = float(line) if line.strip() else time.monotonic()
+    time.sleep(max(0.0, start_at - time.monotonic()))
+    return time.monotonic()
+
+
+def main() -> int:
+    plan = json.loads(sys.stdin.readline())
+    if plan["transport"] == "tcp":
+        from transports.tcp import run_tcp
+
+        result = run_tcp(plan, message_bytes, wait_for_start)
+    else:
+        result = Driver(plan).run()
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
