@@ -18,7 +18,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import IFF_MULTICAST, IFF_NOARP, IFF_UP
 
 from emu.netns import entered, write_sysctl
 from topologies import LinkSpec, Role
-from topologies.routing import NodePlan, Route
+from topologies.routing import MAIN_TABLE, NodePlan, Route
 
 NUD_PERMANENT = 0x80
 HTB_ROOT = 0x10000  # 1:
@@ -131,9 +131,13 @@ class NodeKernel:
                         ipr.link("set", index=idx[iface.ifname], address=iface.mac)
                         write_sysctl(f"net.ipv6.conf.{iface.ifname}.addr_gen_mode", 0)
         ipr.link("set", index=idx["lo"], state="up")
-        if plan.loopback is not None:
-            ipr.addr("add", index=idx["lo"], address=str(plan.loopback.ip),
-                     prefixlen=plan.loopback.network.prefixlen, flags=IFA_F_NODAD)
+        for lo_addr in ((plan.loopback,) if plan.loopback is not None else ()) + \
+                plan.plane_addresses:
+            ipr.addr("add", index=idx["lo"], address=str(lo_addr.ip),
+                     prefixlen=lo_addr.network.prefixlen, flags=IFA_F_NODAD)
+        for rule in plan.rules:
+            ipr.rule("add", family=socket.AF_INET6, src=str(rule.src), src_len=128,
+                     table=rule.table, priority=1000 + rule.table)
         for iface in plan.interfaces:
             i = idx[iface.ifname]
             # MAC and up here, not at creation: veth peer attributes are not all honoured.
@@ -175,6 +179,8 @@ class NodeKernel:
                       encap={"type": "seg6local", "action": "End"})
             return
         extra: dict = {"prefsrc": str(route.src)} if route.src is not None else {}
+        if route.table != MAIN_TABLE:
+            extra["table"] = route.table
         if len(route.nexthops) == 1:
             nh = route.nexthops[0]
             extra.update(gateway=str(nh.gateway), oif=idx[nh.ifname])

@@ -95,6 +95,12 @@ def host_loopback(spec: MultiPlaneClos, host_index: int) -> IPv6Interface:
     return IPv6Interface((host_address(spec, host_index), 128))
 
 
+def host_plane_address(spec: MultiPlaneClos, host_index: int, plane: int) -> IPv6Address:
+    """A host's address for traffic kept on ``plane`` (``::100+plane`` in its /64): a
+    per-port source address, as an RDMA NIC port has its own GID."""
+    return _addr(0xFD5A, *_host_groups(spec, host_index), 0, 0, 0, 0x100 + plane)
+
+
 def host_prefix(spec: MultiPlaneClos, host_index: int) -> IPv6Network:
     """The /64 owned by a host (contains its loopback)."""
     return _net(64, 0xFD5A, *_host_groups(spec, host_index))

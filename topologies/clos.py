@@ -310,6 +310,12 @@ class MultiPlaneClos(GraphLookup):
         """Plane-independent loopback address of a host."""
         return addressing.host_address(self, self._host(host_name).index)
 
+    def plane_address(self, host_name: str, plane: int) -> IPv6Address:
+        """The host's per-plane source address: traffic from it stays on ``plane``."""
+        node = self._host(host_name)
+        check_int("plane", plane, 0, self.planes - 1)
+        return addressing.host_plane_address(self, node.index, plane)
+
     def sid_of(self, switch_name: str) -> IPv6Address:
         """SRv6 End SID of a switch."""
         node = self._switch(switch_name)

@@ -30,6 +30,14 @@ EcmpMode = Literal["static", "bgp"]
 ECMP_MODES: tuple[EcmpMode, ...] = ("static", "bgp")
 
 
+MAIN_TABLE = 254
+
+
+def plane_table(plane: int) -> int:
+    """The routing table a host uses for traffic sourced from its plane-``plane`` address."""
+    return 100 + plane
+
+
 @dataclass(frozen=True)
 class NextHop:
     """One way out: an interface and the neighbour's address on it."""
@@ -50,12 +58,21 @@ class Route:
     nexthops: tuple[NextHop, ...]
     seg6local_end: bool = False
     src: IPv6Address | None = None  # preferred source (hosts: their plane-independent address)
+    table: int = MAIN_TABLE
 
     def __str__(self) -> str:
         if self.seg6local_end:
             return f"{self.dst} seg6local End dev {self.nexthops[0].ifname}"
         via = " ".join(f"via {n.gateway} dev {n.ifname}" for n in self.nexthops)
         return f"{self.dst} {via}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Source-address policy routing: packets from ``src`` use ``table``."""
+
+    src: IPv6Address
+    table: int
 
 
 @dataclass(frozen=True)
@@ -95,6 +112,8 @@ class NodePlan:
     routes: tuple[Route, ...]
     neighbors: tuple[Neighbor, ...]
     ecmp: EcmpMode = "static"
+    plane_addresses: tuple[IPv6Interface, ...] = ()  # hosts: per-plane sources on lo
+    rules: tuple[Rule, ...] = ()
 
     @property
     def control_plane(self) -> bool:
@@ -155,6 +174,8 @@ def plan_fabric(spec: MultiPlaneClos, ecmp: EcmpMode = "static") -> dict[str, No
 
         routes: list[Route] = []
         loopback = None
+        plane_addrs: tuple[IPv6Interface, ...] = ()
+        rules: tuple[Rule, ...] = ()
         if node.role is Role.HOST:
             loopback = IPv6Interface(f"{spec.address(node.name)}/128")
             uplinks = tuple(hop(spec.leaf_of(node.name, p).name) for p in range(spec.planes))
@@ -162,6 +183,13 @@ def plan_fabric(spec: MultiPlaneClos, ecmp: EcmpMode = "static") -> dict[str, No
             routes.append(Route(ALL_HOSTS, uplinks, src=loopback.ip))
             for p in range(spec.planes):
                 routes.append(Route(plane_sid_block(spec, p), (uplinks[p],), src=loopback.ip))
+            # One source address per plane (an RDMA port's GID): what is sent from it
+            # leaves by that plane's NIC, and ECMP only picks among that plane's spines.
+            plane_addrs = tuple(IPv6Interface(f"{spec.plane_address(node.name, p)}/128")
+                                for p in range(spec.planes))
+            rules = tuple(Rule(a.ip, plane_table(p)) for p, a in enumerate(plane_addrs))
+            for p, a in enumerate(plane_addrs):
+                routes.append(Route(ALL_HOSTS, (uplinks[p],), src=a.ip, table=plane_table(p)))
         elif node.role is Role.LEAF:
             spines = [s for s in spec.spine_nodes if s.plane == node.plane]
             if not bgp:
@@ -184,7 +212,7 @@ def plan_fabric(spec: MultiPlaneClos, ecmp: EcmpMode = "static") -> dict[str, No
             for i in mine
         )
         plans[node.name] = NodePlan(node.name, node.role, mine, loopback, tuple(routes), neighbors,
-                                    ecmp)
+                                    ecmp, plane_addrs, rules)
     return plans
 
 

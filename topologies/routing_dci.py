@@ -24,6 +24,7 @@ MACs collide across DCs and are not reused).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from ipaddress import IPv6Address, IPv6Network
 
 from topologies.addressing import (
@@ -121,8 +122,12 @@ def plan_scaleacross(sa: ScaleAcross, ecmp: EcmpMode = "static") -> dict[str, No
                 routes.append(Route(dc_sid_block(other), far))
             routes.append(_end(sid_locator(fabric, node.plane, Role.DCI, 0), mine[0].ifname))
         neighbors = tuple(Neighbor(i.ifname, peer_of(i).address.ip, peer_of(i).mac) for i in mine)
-        loopback = own.loopback if own is not None else None
-        plans[node.name] = NodePlan(node.name, node.role, mine, loopback, tuple(routes), neighbors)
+        if own is not None:
+            plans[node.name] = replace(own, interfaces=mine, routes=tuple(routes),
+                                       neighbors=neighbors)
+        else:
+            plans[node.name] = NodePlan(node.name, node.role, mine, None, tuple(routes),
+                                        neighbors)
     return plans
 
 

@@ -430,3 +430,33 @@ def test_overloaded_egress_drops_at_its_queue(fabric):
     assert {k: v for k, v in dropped.items() if v and k not in on_path} == {}
     lost = sum(r.sent for r in results) - sum(r.received for r in results)
     assert lost == sum(dropped[k] for k in on_path), (results, dropped)
+
+
+def test_plane_addresses_keep_traffic_on_their_plane(fabric):
+    """A socket bound to a host's plane-p address sends (and is answered) over plane p only."""
+    spec = fabric.spec
+    src, dst = spec.hosts[0].name, spec.hosts[-1].name
+    for plane in range(spec.planes):
+        before = {n: interface_packets(fabric.kernels[n]) for n in (src, dst)}
+        with entered(fabric.node_kernel(src).fd):
+            a = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        with entered(fabric.node_kernel(dst).fd):
+            b = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        try:
+            a.bind((str(spec.plane_address(src, plane)), 0))
+            b.bind((str(spec.plane_address(dst, plane)), 0))
+            b.settimeout(2.0)
+            a.settimeout(2.0)
+            for i in range(20):
+                a.sendto(bytes([i]), b.getsockname()[:2])
+                data, peer = b.recvfrom(16)
+                b.sendto(data, peer)
+                assert a.recv(16) == data
+        finally:
+            a.close()
+            b.close()
+        after = {n: interface_packets(fabric.kernels[n]) for n in (src, dst)}
+        for host in (src, dst):
+            for p in range(spec.planes):
+                tx = after[host][f"p{p}"][1] - before[host][f"p{p}"][1]
+                assert tx == (20 if p == plane else 0), (host, p, tx)
