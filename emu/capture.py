@@ -3,7 +3,7 @@
     with Capture(fab, "p0s1", "l1", tmp / "spine.pcap") as cap:
         ...send traffic...
     cap.stats                      # CaptureStats(captured=..., dropped=...)
-    for pkt in decode(cap.path):   # Ether / IPv6 / SRH / UDP / SaeTransport
+    for pkt in transports.scapy_layer.read_pcap(cap.path):  # Ether/IPv6/SRH/UDP/SaeTransport
         ...
 
 ``Capture`` starts ``nsenter --net=/run/netns/NS tcpdump -i IFNAME -w PATH -U ...``,
@@ -11,16 +11,21 @@ returns from ``__enter__`` only once tcpdump says "listening on" (the socket is
 open and filtered: nothing sent afterwards is missed), and on exit stops it with
 SIGINT and waits for it, so the pcap is complete and closed. The process runs
 in the node's namespace, so a fabric teardown kills it too if it is still up.
+
+The default filter is ``udp_port_filter()``: UDP 4791 behind an SRH too (plain
+``udp port 4791`` misses every SRv6 packet, see there).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import selectors
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -32,7 +37,27 @@ from emu.netns import NETNS_RUN_DIR
 if TYPE_CHECKING:
     from emu.fabric import Fabric
 
-DEFAULT_FILTER = "udp port 4791"
+PORT = 4791  # transports.wire.UDP_PORT (emu/ sits below transports/ and never imports it)
+
+
+def udp_port_filter(port: int = PORT) -> str:
+    """A tcpdump filter for UDP ``port`` (either end) over IPv6 with or without one routing
+    header (our SRH) before UDP, and over IPv4.
+
+    Plain ``udp port N`` is not enough: for IPv6, libpcap's ``udp`` only looks at the
+    fixed header's next-header field, so every SRv6 packet (next header 43) is missed.
+    """
+    udp = "ip6[40 + (ip6[41] + 1) * 8{off} : 2] = {port}"
+    return (f"udp port {port} or (ip6[6] = 43 and ip6[40] = 17 and ("
+            f"{udp.format(off='', port=port)} or {udp.format(off=' + 2', port=port)}))")
+
+
+DEFAULT_FILTER = udp_port_filter()
+
+log = logging.getLogger(__name__)
+# What SIGUSR1 makes tcpdump print (one line); at exit it prints the same, one per line.
+_INFO = re.compile(rb"(\d+) packets? captured, (\d+) packets? received by filter, "
+                   rb"(\d+) packets? dropped by kernel")
 _COUNT = re.compile(r"^(\d+) packets? (captured|received by filter|dropped by kernel)", re.M)
 
 
@@ -93,7 +118,13 @@ class Capture:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.stop()
+        if exc_type is None:
+            self.stop()
+            return
+        try:
+            self.stop()
+        except EmuError as err:  # the body's exception matters more than a failed stop
+            log.warning("%s", err)
 
     def start(self) -> Capture:
         """Start tcpdump; returns once it captures. EmuError (with its output) otherwise."""
@@ -115,33 +146,64 @@ class Capture:
         return self
 
     def _wait_listening(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stderr is not None
         deadline = time.monotonic() + self.start_timeout
+        found = self._read_until(proc, lambda: b"listening on" in self._stderr, deadline)
+        if found is None:
+            raise EmuError(f"tcpdump on {self.node}:{self.ifname} exited with {proc.wait()} "
+                           f"before capturing: {self.output!r}")
+        if not found:
+            raise EmuError(f"tcpdump on {self.node}:{self.ifname} did not start capturing "
+                           f"within {self.start_timeout} s: {self.output!r}")
+
+    def _read_until(self, proc: subprocess.Popen[bytes], done: Callable[[], bool],
+                    deadline: float) -> bool | None:
+        """Read tcpdump's stderr until ``done()``: True, False at ``deadline``, None at EOF."""
+        assert proc.stderr is not None
+        fd = proc.stderr.fileno()
         with selectors.DefaultSelector() as sel:
-            sel.register(proc.stderr, selectors.EVENT_READ)
-            while b"listening on" not in self._stderr:
+            sel.register(fd, selectors.EVENT_READ)
+            while not done():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise EmuError(f"tcpdump on {self.node}:{self.ifname} did not start "
-                                   f"capturing within {self.start_timeout} s: "
-                                   f"{self._stderr.decode(errors='replace').strip()!r}")
+                    return False
                 if not sel.select(left):
                     continue
-                chunk = os.read(proc.stderr.fileno(), 4096)
-                if not chunk:  # tcpdump exited
-                    rc = proc.wait()
-                    raise EmuError(f"tcpdump on {self.node}:{self.ifname} exited with {rc} "
-                                   f"before capturing: "
-                                   f"{self._stderr.decode(errors='replace').strip()!r}")
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    return None
                 self._stderr += chunk
+        return True
+
+    def _catch_up(self, proc: subprocess.Popen[bytes], deadline: float) -> None:
+        """Wait until tcpdump has written every packet the kernel passed its filter.
+
+        SIGINT makes libpcap break its loop at once: packets already queued on the socket
+        but not yet read would be lost. So first ask for its counters (SIGUSR1 prints
+        them) until captured + dropped reaches received by filter, bounded by ``deadline``.
+        """
+        while time.monotonic() < deadline and proc.poll() is None:
+            mark = len(self._stderr)
+            proc.send_signal(signal.SIGUSR1)
+            found = self._read_until(
+                proc, lambda m=mark: _INFO.search(self._stderr, m) is not None, deadline)
+            if not found:
+                return
+            *_, last = _INFO.finditer(self._stderr, mark)
+            captured, received, dropped = (int(x) for x in last.groups())
+            if captured + dropped >= received:
+                return
+            time.sleep(0.005)
 
     def stop(self) -> CaptureStats | None:
-        """Stop tcpdump (SIGINT: it flushes and closes the pcap) and wait for it; idempotent.
-        Returns (and keeps in ``stats``) tcpdump's counters."""
+        """Stop tcpdump once it has written every packet it was given (SIGINT: it flushes
+        and closes the pcap) and wait for it; idempotent. Returns (and keeps in ``stats``)
+        tcpdump's counters."""
         proc = self._proc
         if proc is None:
             return self.stats
         try:
+            if proc.poll() is None:
+                self._catch_up(proc, time.monotonic() + self.stop_timeout / 2)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
             _, err = proc.communicate(timeout=self.stop_timeout)
@@ -189,14 +251,3 @@ def _parse_stats(text: str) -> CaptureStats:
     counts = {kind: int(n) for n, kind in _COUNT.findall(text)}
     return CaptureStats(counts.get("captured"), counts.get("received by filter"),
                         counts.get("dropped by kernel"))
-
-
-def decode(path: str | os.PathLike[str]) -> list:
-    """Every packet of a pcap file, decoded by scapy with SaeTransport on UDP 4791."""
-    import scapy.layers.inet6  # noqa: F401 - IPv6 and the SRH for Ether type 0x86dd
-    from scapy.utils import rdpcap
-
-    from transports.scapy_layer import register
-
-    register()
-    return list(rdpcap(str(path)))

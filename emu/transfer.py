@@ -3,10 +3,13 @@
     res = run_transfers(fab, "mrc", [Transfer("h0", "h15", 4 << 20)])
 
 Each involved host gets a ``transports.driver`` process inside its namespace
-(its Python work then spreads over the machine's cores). Connections are one per
-host pair (both directions share it); MRC gets every SRv6 path of the pair as
-its EVs; RC one fixed 5-tuple (ECMP picks its path); TCP plain sockets. All
-drivers start sending at one common CLOCK_MONOTONIC instant.
+(its Python work then spreads over the machine's cores). MRC: one connection
+per host pair (both directions share it) with every SRv6 path of the pair as
+its EVs. RC: as RoCE on a multi-plane NIC, one connection (QP) per plane,
+between the two hosts' plane-p addresses, each with one fixed 5-tuple (ECMP
+picks its spine), and each message striped evenly over the planes. TCP: one
+kernel connection per pair from the loopbacks (ECMP picks plane and spine).
+All drivers start sending at one common CLOCK_MONOTONIC instant.
 """
 
 from __future__ import annotations
@@ -72,8 +75,9 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
         spec.node(t.src), spec.node(t.dst)
         if t.src == t.dst or t.size < 0:
             raise EmuError(f"invalid transfer {t}: src != dst and size >= 0 required")
-    pairs: dict[frozenset, int] = {}
+    pairs: dict[tuple[frozenset, int], int] = {}
     plans: dict[str, dict] = {}
+    lanes = spec.planes if transport == "rc" else 1  # connections per host pair
 
     def plan_of(host: str) -> dict:
         return plans.setdefault(host, {
@@ -81,20 +85,29 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
             "config": config or {}, "seed": seed, "deadline_s": deadline_s,
             "conns": [], "sends": [], "recvs": []})
 
+    parts: dict[int, list[int]] = {}  # transfer index -> its message ids
     for i, t in enumerate(transfers):
-        key = frozenset((t.src, t.dst))
-        if key not in pairs:
-            conn = pairs[key] = len(pairs) + 1
-            for a, b in ((t.src, t.dst), (t.dst, t.src)):
-                c = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
-                if transport == "mrc":
-                    c["paths"] = [[str(s) for s in p.segments[:-1]] for p in spec.paths(a, b)]
-                else:
-                    c["sport"] = 49152 + conn  # one fixed 5-tuple: ECMP picks one path
-                plan_of(a)["conns"].append(c)
-        msg = {"conn": pairs[key], "msg": i + 1, "size": t.size, "seed": seed * 100003 + i}
-        plan_of(t.src)["sends"].append(msg)
-        plan_of(t.dst)["recvs"].append(msg)
+        for lane in range(lanes):
+            key = (frozenset((t.src, t.dst)), lane)
+            if key not in pairs:
+                conn = pairs[key] = len(pairs) + 1
+                for a, b in ((t.src, t.dst), (t.dst, t.src)):
+                    c = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
+                    if transport == "mrc":
+                        c["paths"] = [[str(s) for s in p.segments[:-1]]
+                                      for p in spec.paths(a, b)]
+                    elif transport == "rc":
+                        c["src_addr"] = str(spec.plane_address(a, lane))
+                        c["peer_addr"] = str(spec.plane_address(b, lane))
+                        c["sport"] = 49152 + conn  # one fixed 5-tuple: ECMP picks the spine
+                    plan_of(a)["conns"].append(c)
+            size = t.size // lanes + (1 if lane < t.size % lanes else 0)
+            mid = len(parts) * lanes + lane + 1
+            msg = {"conn": pairs[key], "msg": mid, "size": size,
+                   "seed": seed * 100003 + mid}
+            parts.setdefault(i, []).append(mid)
+            plan_of(t.src)["sends"].append(msg)
+            plan_of(t.dst)["recvs"].append(msg)
     procs = {}
     try:
         for host, plan in plans.items():
@@ -134,7 +147,12 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
                 p.wait()
     res = TransferResult(transport, outs, list(transfers))
     for i, t in enumerate(transfers):
-        m = next((m for m in outs[t.dst]["messages"]
-                  if m["kind"] == "recv" and m["msg"] == i + 1), None)
-        res.messages.append(m or {"msg": i + 1, "ok": False, "error": "no report"})
+        got = [next((m for m in outs[t.dst]["messages"]
+                     if m["kind"] == "recv" and m["msg"] == mid),
+                    {"msg": mid, "ok": False, "error": "no report"}) for mid in parts[i]]
+        res.messages.append({
+            "transfer": i, "src": t.src, "dst": t.dst, "bytes": t.size,
+            "ok": all(m["ok"] and m.get("sha256_ok", True) for m in got),
+            "t": max(m.get("t", float("inf")) for m in got),
+            "errors": [m["error"] for m in got if m.get("error")]})
     return res

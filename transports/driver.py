@@ -75,26 +75,27 @@ class Driver:
         self.transport = plan["transport"]
         self.rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
-        self.rx.bind((self.addr, UDP_PORT))
+        self.rx.bind(("::", UDP_PORT))  # the loopback and the per-plane addresses
         self.rx.setblocking(False)
         self.path_socks: dict[tuple[str, ...], socket.socket] = {}
         self.conns: dict[int, Conn] = {}
         self.malformed_conn = 0
         for c in plan["conns"]:
             paths = c.get("paths") or [[]]
-            socks = [self._sock_for(tuple(p), c.get("sport", 0)) for p in paths]
+            src = c.get("src_addr", self.addr)
+            socks = [self._sock_for(tuple(p), c.get("sport", 0), src) for p in paths]
             core = make_core(self.transport, c["conn"], len(paths), plan.get("config", {}),
                              plan.get("seed", 0) * 1000 + c["conn"])
             self.conns[c["conn"]] = Conn(core, (c["peer_addr"], UDP_PORT), socks,
                                          [0] * len(paths))
 
-    def _sock_for(self, transit: tuple[str, ...], sport: int) -> socket.socket:
-        key = transit + ((f"sport{sport}",) if not transit else ())
+    def _sock_for(self, transit: tuple[str, ...], sport: int, src: str) -> socket.socket:
+        key = transit + ((f"sport{sport}", src) if not transit else ())
         s = self.path_socks.get(key)
         if s is None:
             s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
             s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 4 << 20)
-            s.bind((self.addr, sport))
+            s.bind((src, sport))
             if transit:
                 s.setsockopt(socket.IPPROTO_IPV6, IPV6_RTHDR, srh_bytes(transit))
             self.path_socks[key] = s

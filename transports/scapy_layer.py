@@ -18,6 +18,8 @@ which this module also calls on import so that ``rdpcap`` decodes at once.
 
 from __future__ import annotations
 
+import os
+
 from scapy.fields import (
     ByteEnumField,
     ByteField,
@@ -120,3 +122,12 @@ def register() -> None:
 
 
 register()
+
+
+def read_pcap(path: str | os.PathLike[str]) -> list:
+    """Every packet of a pcap file (e.g. from emu.capture.Capture), decoded with this layer."""
+    import scapy.layers.inet6  # noqa: F401 - IPv6 and the SRH for Ether type 0x86dd
+    from scapy.utils import rdpcap
+
+    register()
+    return list(rdpcap(str(path)))
