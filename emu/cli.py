@@ -128,6 +128,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from emu.bench import bench_fabric
 
         res = bench_fabric(say=_progress, large=not args.quick)
+    elif args.bench == "transport":
+        from transports.bench import bench_transport
+
+        res = bench_transport(say=_progress, quick=args.quick)
     else:
         from emu.bench_failover import bench_failover
 
@@ -190,6 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--json", action="store_true")
     bf.add_argument("--quick", action="store_true", help="reference graph only")
     bf.set_defaults(func=cmd_bench)
+    bt = bsub.add_parser("transport", help="MRC vs RC over ECMP vs TCP: goodput, "
+                         "permutation, failure ride-through, CPU per packet")
+    bt.add_argument("--json", action="store_true")
+    bt.add_argument("--quick", action="store_true", help="smaller messages")
+    bt.set_defaults(func=cmd_bench)
     bo = bsub.add_parser("failover", help="ECMP + BFD/BGP: convergence and loss per failure")
     bo.add_argument("--json", action="store_true")
     _bfd_args(bo)

@@ -1,0 +1,196 @@
+"""`emu bench transport`: MRC against RC over ECMP and kernel TCP, in one run.
+
+1. One connection h0 -> last host: goodput as a fraction of the bound (all of
+   the source's plane NICs at line rate, less header bytes).
+2. Permutation: every host sends to a distinct host off its leaf; aggregate
+   goodput as a fraction of the ideal (every NIC of every host busy).
+3. Failure ride-through under BFD + BGP: a long transfer while the leaf-spine
+   link carrying RC's plane-0 connection is cut mid-way; goodput timeline and
+   the time lost (longest stretch without progress) per transport.
+4. CPU: microseconds of driver CPU per data packet, the packet rate one core
+   would sustain, next to a bare ``sendto`` loop.
+
+Link rates are scaled so that every host's Python driver fits on 2 shared
+cores (see BENCHMARKS.md); figures are ratios measured in one run.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from emu.counters import interface_packets
+from emu.errors import require_root
+from emu.fabric import Fabric
+from emu.failures import LinkDown
+from emu.netns import entered
+from topologies import LinkSpec, MultiPlaneClos
+from transports.harness import Transfer, TransferResult, run_transfers
+from transports.wire import HEADER_LEN
+
+TRANSPORTS = ("mrc", "rc", "tcp")
+PAYLOAD = 8000
+WIRE_OVERHEAD = 14 + 40 + 8 + HEADER_LEN  # Ethernet, IPv6, UDP, our header (SRH aside)
+
+
+def _efficiency() -> float:
+    return PAYLOAD / (PAYLOAD + WIRE_OVERHEAD)
+
+
+def _spec(rate: float, hosts_per_leaf: int = 4) -> MultiPlaneClos:
+    link = LinkSpec(rate, 64)
+    return MultiPlaneClos(planes=2, spines=4, leaves=4, hosts_per_leaf=hosts_per_leaf,
+                          host_link=link, fabric_link=link)
+
+
+def single(fab: Fabric, size: int, say: Callable[[str], None]) -> dict:
+    """One transfer per transport from the first to the last host."""
+    spec = fab.spec
+    src, dst = spec.hosts[0].name, spec.hosts[-1].name
+    bound = spec.planes * spec.host_link.rate_mbit * _efficiency()
+    out = {"src": src, "dst": dst, "bytes": size, "bound_mbit": round(bound, 2)}
+    for t in TRANSPORTS:
+        r = run_transfers(fab, t, [Transfer(src, dst, size)], deadline_s=120)
+        out[t] = _row(r, bound)
+        out[t]["cpu_us_per_packet"] = _cpu_per_packet(r, size)
+        say(f"  single {t}: {out[t]['goodput_mbit']:.1f} Mbit/s = "
+            f"{out[t]['fraction']:.2f} of {bound:.1f}")
+    return out
+
+
+def permutation(fab: Fabric, size: int, say: Callable[[str], None]) -> dict:
+    """Every host sends ``size`` bytes to the host ``hosts_per_leaf`` places on."""
+    spec = fab.spec
+    hosts = [h.name for h in spec.hosts]
+    k = spec.hosts_per_leaf
+    transfers = [Transfer(hosts[i], hosts[(i + k) % len(hosts)], size) for i in range(len(hosts))]
+    ideal = len(hosts) * spec.planes * spec.host_link.rate_mbit * _efficiency()
+    out = {"flows": len(transfers), "bytes_each": size, "ideal_mbit": round(ideal, 2)}
+    for t in TRANSPORTS:
+        r = run_transfers(fab, t, transfers, deadline_s=180)
+        out[t] = _row(r, ideal)
+        say(f"  permutation {t}: {out[t]['goodput_mbit']:.1f} Mbit/s = "
+            f"{out[t]['fraction']:.2f} of ideal {ideal:.1f}")
+    return out
+
+
+def _row(r: TransferResult, bound: float) -> dict:
+    return {"ok": r.ok, "completion_s": round(r.completion_s, 4),
+            "goodput_mbit": round(r.goodput_mbit, 2),
+            "fraction": round(r.goodput_mbit / bound, 3), "cpu_s": round(r.cpu_s(), 3)}
+
+
+def _cpu_per_packet(r: TransferResult, size: int) -> float | None:
+    packets = sum(sum(sum(v) for v in d["sent_per_ev"].values()) for d in r.drivers.values())
+    if not packets:
+        return None  # TCP: the kernel does the per-packet work
+    return round(r.cpu_s() / packets * 1e6, 1)
+
+
+def bare_sendto(fab: Fabric, seconds: float = 1.0) -> dict:
+    """Datagrams per second of a bare Python sendto loop (8000 B, to a local discard)."""
+    k = fab.node_kernel(fab.spec.hosts[0].name)
+    with entered(k.fd):
+        rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("::1", 0))
+        dst = rx.getsockname()[:2]
+        buf = bytes(PAYLOAD)
+        n = 0
+        t_end = time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            for _ in range(100):
+                try:
+                    tx.sendto(buf, dst)
+                except OSError:
+                    pass
+            n += 100
+        return {"datagrams_per_s": round(n / seconds),
+                "us_per_datagram": round(1e6 * seconds / n, 2)}
+    finally:
+        rx.close()
+        tx.close()
+
+
+def ride_through(size: int, rate: float, say: Callable[[str], None]) -> dict:
+    """MRC vs RC under BGP while the leaf-spine link under RC's plane-0 QP is cut."""
+    spec = _spec(rate, hosts_per_leaf=1)
+    out: dict = {"bytes": size, "rate_mbit": rate}
+    with Fabric(spec, name="ridethru", control_plane="bgp",
+                progress=lambda m: say(f"    fabric: {m}")) as fab:
+        src, dst = spec.hosts[0].name, spec.hosts[-1].name
+        dst_leaf = spec.leaf_of(dst, 0).name
+        for t in ("rc", "mrc"):
+            cut: dict = {}
+
+            def cut_under_traffic(t0: float, fab=fab, cut=cut) -> None:
+                def run() -> None:
+                    time.sleep(max(0.0, t0 + 1.0 - time.monotonic()))
+                    spine = _busiest_spine(fab, 0, dst_leaf)
+                    link = LinkDown(f"{dst_leaf}-{spine}")
+                    cut["link"], cut["at"] = link.link, round(time.monotonic() - t0, 3)
+                    link.apply(fab)
+                    cut["failure"] = link
+                threading.Thread(target=run, daemon=True).start()
+
+            r = run_transfers(fab, t, [Transfer(src, dst, size)], deadline_s=120,
+                              on_start=cut_under_traffic)
+            if "failure" in cut:
+                cut.pop("failure").restore(fab)
+            timeline = r.drivers[dst]["timeline"]
+            lost = _longest_stall(timeline)
+            out[t] = {**_row(r, spec.planes * rate * _efficiency()), "cut": cut,
+                      "longest_stall_s": lost, "timeline": timeline}
+            say(f"  ride-through {t}: cut {cut.get('link')} at {cut.get('at')} s; done in "
+                f"{r.completion_s:.2f} s, longest stall {lost:.3f} s")
+            fab.wait_converged(30)
+    return out
+
+
+def _busiest_spine(fab: Fabric, plane: int, leaf: str) -> str:
+    """The spine of ``plane`` sending the most packets into ``leaf`` over the next 0.2 s."""
+    spines = [s.name for s in fab.spec.spine_nodes if s.plane == plane]
+    port = "l" + leaf.split("l")[-1]
+    before = {s: interface_packets(fab.kernels[s])[port][1] for s in spines}
+    time.sleep(0.2)
+    after = {s: interface_packets(fab.kernels[s])[port][1] for s in spines}
+    return max(spines, key=lambda s: after[s] - before[s])
+
+
+def _longest_stall(timeline: list) -> float:
+    """Longest time between two samples in which no byte was placed (after the first)."""
+    longest, since = 0.0, None
+    for (t_prev, b_prev), (t, b) in zip(timeline, timeline[1:], strict=False):
+        if b == b_prev and b_prev > 0:
+            since = t_prev if since is None else since
+            longest = max(longest, t - since)
+        else:
+            since = None
+    return round(longest, 3)
+
+
+def bench_transport(say: Callable[[str], None] = print, quick: bool = False) -> dict:
+    """Run the whole transport benchmark; returns the results."""
+    require_root("emu bench transport")
+    out: dict = {}
+    rate_single, rate_perm = 100.0, 25.0
+    with Fabric(_spec(rate_single), name="benchtp",
+                progress=lambda m: say(f"    fabric: {m}")) as fab:
+        say(f"single connection ({rate_single:g} Mbit/s links)")
+        out["single"] = single(fab, (8 if quick else 32) << 20, say)
+        out["bare_sendto"] = bare_sendto(fab)
+    with Fabric(_spec(rate_perm), name="benchtp",
+                progress=lambda m: say(f"    fabric: {m}")) as fab:
+        say(f"permutation ({rate_perm:g} Mbit/s links: 16 drivers share 2 cores)")
+        out["permutation"] = permutation(fab, (2 if quick else 6) << 20, say)
+    say("failure ride-through (BFD + BGP)")
+    out["ride_through"] = ride_through((8 if quick else 24) << 20, 50.0, say)
+    cpu = out["single"]["mrc"]["cpu_us_per_packet"]
+    out["cpu"] = {"mrc_us_per_packet": cpu,
+                  "mrc_packets_per_core_s": round(1e6 / cpu) if cpu else None,
+                  "rc_us_per_packet": out["single"]["rc"]["cpu_us_per_packet"],
+                  "bare_sendto": out["bare_sendto"]}
+    return out
