@@ -1,0 +1,102 @@
+"""RC core on the fake network: go-back-N correctness, NACK once per gap, peer gone."""
+
+import random
+
+import pytest
+
+from transports import wire
+from transports.fakenet import FakeNet, PathSpec, exchange
+from transports.rc import RcConfig, RcCore
+
+FAST = RcConfig(rto_min=200e-6, rto_init=1e-3, window_pkts=32)
+SIZES = [0, 1, 8000, 8001, 100_000, 400_000]
+
+
+def pair(cfg=FAST, seed=0, spec=None):
+    a, b = RcCore(9, cfg, 1), RcCore(9, cfg, 2)
+    net = FakeNet(seed)
+    net.connect("a", a, "b", b, [spec or PathSpec(delay=10e-6)])
+    return net, a, b
+
+
+def messages(seed, sizes):
+    r = random.Random(seed)
+    return {i + 1: r.randbytes(n) for i, n in enumerate(sizes)}
+
+
+def check_all(net, msgs, bufs):
+    assert sorted(c.msg for c in net.done["a"] if c.ok) == sorted(msgs)
+    assert sorted(c.msg for c in net.done["b"] if c.ok) == sorted(msgs)
+    for m, d in msgs.items():
+        assert bufs[m] == d
+
+
+@pytest.mark.parametrize("aimd", [False, True])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("loss", [0.0, 0.01, 0.05])
+def test_every_byte_once_under_loss(seed, loss, aimd):
+    cfg = RcConfig(rto_min=200e-6, rto_init=1e-3, window_pkts=32, aimd=aimd)
+    net, a, b = pair(cfg, seed, PathSpec(delay=10e-6, loss=loss, dup=0.02))
+    msgs = messages(seed, SIZES)
+    bufs = exchange(net, "a", "b", msgs, until=10.0)
+    check_all(net, msgs, bufs)
+    assert b.stats["rx_data_bytes"] == sum(map(len, msgs.values()))
+    data = net.sent("a", kind=wire.DATA)
+    assert {r.ev for r in data} == {0}
+    if loss == 0:
+        assert a.stats["tx_retx"] == 0
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_reordering_is_slow_but_correct(seed):
+    spec = PathSpec(delay=10e-6, reorder=0.05, reorder_delay=30e-6)
+    net, a, b = pair(seed=seed, spec=spec)
+    msgs = messages(seed, SIZES + [2_000_000])
+    bufs = exchange(net, "a", "b", msgs, until=10.0)
+    check_all(net, msgs, bufs)
+    assert b.stats["out_of_order"] > 0 and a.stats["tx_retx"] > 0
+    # one NACK per gap, not one per out-of-order packet
+    assert b.stats["tx_nack"] < b.stats["out_of_order"]
+
+
+def test_window_limits_outstanding_packets():
+    cfg = RcConfig(window_pkts=4)
+    net, a, b = pair(cfg, 1, PathSpec(delay=100e-6))
+    net.post_recv("b", 1, bytearray(100_000))
+    net.post_send("a", 1, bytes(100_000))
+    assert len(net.sent("a", kind=wire.DATA)) == 4
+
+
+def test_peer_gone_fails_in_bounded_time():
+    cfg = RcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=10e-3, max_retries=4)
+    net, a, b = pair(cfg, 3)
+    net.kill("a", "b", 0, at=30e-6)
+    net.post_send("a", 1, bytes(2_000_000))
+    net.post_send("a", 2, b"x")
+    t = net.run(10.0, stop=lambda: len(net.done["a"]) >= 2)
+    assert t < 0.1
+    assert all(not c.ok and "peer unreachable" in c.error for c in net.done["a"])
+    assert a.next_deadline() is None
+
+
+def test_malformed_counted():
+    net, a, b = pair(seed=4, spec=PathSpec(delay=10e-6, loss=0.01))
+    r = random.Random(4)
+    msgs = messages(4, [200_000])
+
+    def inject():
+        for _ in range(50):
+            net.deliver_raw("b", r.randbytes(r.randrange(0, 100)))
+        bad = bytearray(wire.HEADER_LEN)
+        wire.pack_header(bad, wire.DATA, 0, 123, 0, 1, 0, 0, 0, 0, 0)
+        net.deliver_raw("b", bad)
+        wire.pack_header(bad, wire.ACK, 0, 9, 10**6, 0, 0, 0, 0, 0, 0)
+        net.deliver_raw("a", bad)
+        if net.now < 1e-3:
+            net.at(net.now + 100e-6, inject)
+
+    net.at(20e-6, inject)
+    bufs = exchange(net, "a", "b", msgs, until=5.0)
+    check_all(net, msgs, bufs)
+    assert b.stats["wrong_conn"] > 0 and a.stats["ack_beyond_sent"] > 0
+    assert sum(v for k, v in b.stats.items() if k.startswith("malformed_")) > 0

@@ -1,0 +1,282 @@
+"""A deterministic (seeded) in-memory network for sans-I/O transport cores.
+
+Discrete-event, virtual time (seconds). Cores are connected in pairs; each
+connection has one path per EV in each direction, described by a ``PathSpec``:
+propagation delay (+ uniform jitter), loss, duplication, reordering (with
+probability ``reorder`` a packet gets up to ``reorder_delay`` extra delay), and
+optionally a FIFO of ``rate`` bytes/s with a ``buffer`` of bytes (tail drop), so
+queueing delay builds up. Paths die at a time (``kill``: every packet on that EV,
+both directions, sent or arriving while dead, is lost) and revive.
+
+``run(until, stop)`` advances time: it calls each core's ``on_timer`` at its
+``next_deadline``, delivers packets with ``on_packet``, sends what cores return
+and gathers completions in ``done[name]``. Every datagram is logged (``log``:
+``Rec`` rows with its time, direction, EV, kind, flags, PSN, size and fate), so
+tests can check what crossed which EV when.
+
+    net = FakeNet(seed=1)
+    net.connect("a", core_a, "b", core_b, [PathSpec(delay=10e-6)] * 8)
+    net.post_recv("b", 1, buf); net.post_send("a", 1, data)
+    net.run(until=1.0, stop=lambda: len(net.done["a"]) == 1)
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from transports.api import Completion, Core, Tx
+from transports.wire import HEADER, HEADER_LEN
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class PathSpec:
+    """One direction of one EV."""
+
+    delay: float = 10e-6
+    jitter: float = 0.0
+    loss: float = 0.0
+    dup: float = 0.0
+    reorder: float = 0.0  # probability of an extra delay
+    reorder_delay: float = 0.0  # the extra delay, uniform in [0, reorder_delay]
+    rate: float | None = None  # bytes/s; None: no queue
+    buffer: int = 1 << 20  # bytes the FIFO holds (with rate)
+
+    def __post_init__(self) -> None:
+        for name in ("loss", "dup", "reorder"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"PathSpec.{name} must be in [0, 1]")
+        if self.delay < 0 or self.jitter < 0 or self.reorder_delay < 0:
+            raise ValueError("PathSpec delays must be >= 0")
+
+
+@dataclass
+class Rec:
+    """One datagram on the fake wire."""
+
+    t: float
+    src: str
+    dst: str
+    ev: int
+    kind: int  # -1: not a parsable header
+    flags: int
+    psn: int
+    size: int
+    fate: str = "in_flight"  # delivered, lost, dead, queue_drop, bad_ev
+    t_arrive: float | None = None
+
+
+@dataclass
+class _Dir:
+    spec: PathSpec
+    busy_until: float = 0.0
+    dead: list[tuple[float, float]] = field(default_factory=list)
+
+    def is_dead(self, t: float) -> bool:
+        return any(a <= t < b for a, b in self.dead)
+
+
+class FakeNet:
+    """Seeded discrete-event network between pairs of cores."""
+
+    def __init__(self, seed: int = 0, max_events_per_instant: int = 100_000) -> None:
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.cores: dict[str, Core] = {}
+        self.peer: dict[str, str] = {}
+        self.paths: dict[tuple[str, str], list[_Dir]] = {}
+        self.log: list[Rec] = []
+        self.done: dict[str, list[Completion]] = {}
+        self.delivered: dict[tuple[str, str], list[int]] = {}  # payload bytes per EV
+        self._heap: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._max_same = max_events_per_instant
+        self.events = 0
+
+    # ---- building -------------------------------------------------------------------------
+
+    def connect(self, a: str, core_a: Core, b: str, core_b: Core,
+                paths: Sequence[PathSpec], paths_back: Sequence[PathSpec] | None = None) -> None:
+        """Join two cores (one connection); EV i is ``paths[i]`` a->b and back b->a."""
+        for name, core in ((a, core_a), (b, core_b)):
+            if name in self.cores:
+                raise ValueError(f"core {name!r} already connected")
+            self.cores[name] = core
+            self.done[name] = []
+        self.peer[a], self.peer[b] = b, a
+        back = paths if paths_back is None else paths_back
+        if len(back) != len(paths):
+            raise ValueError("paths and paths_back differ in length")
+        self.paths[(a, b)] = [_Dir(s) for s in paths]
+        self.paths[(b, a)] = [_Dir(s) for s in back]
+        self.delivered[(a, b)] = [0] * len(paths)
+        self.delivered[(b, a)] = [0] * len(paths)
+
+    def set_path(self, a: str, b: str, ev: int, **changes: object) -> None:
+        """Change one direction of a path (e.g. ``rate=...``) from now on."""
+        d = self.paths[(a, b)][ev]
+        d.spec = replace(d.spec, **changes)
+
+    def kill(self, a: str, b: str, ev: int, at: float, until: float = INF) -> None:
+        """EV ``ev`` between a and b is dead (both directions) in [at, until)."""
+        for key in ((a, b), (b, a)):
+            self.paths[key][ev].dead.append((at, until))
+
+    def at(self, t: float, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` at virtual time ``t``."""
+        self._push(t, 1, fn)
+
+    def cross_traffic(self, a: str, b: str, ev: int, nbytes: int, at: float) -> None:
+        """``nbytes`` of other traffic enter the a->b FIFO of ``ev`` at ``at`` (needs a rate)."""
+        def occupy() -> None:
+            d = self.paths[(a, b)][ev]
+            if d.spec.rate:
+                d.busy_until = max(self.now, d.busy_until) + nbytes / d.spec.rate
+        self.at(at, occupy)
+
+    # ---- driving the cores ------------------------------------------------------------------
+
+    def post_send(self, name: str, msg: int, data: bytes | memoryview) -> None:
+        self.send(name, self.cores[name].post_send(msg, data, self.now))
+        self._collect(name)
+
+    def post_recv(self, name: str, msg: int, buf: bytearray | memoryview) -> None:
+        self.send(name, self.cores[name].post_recv(msg, buf, self.now))
+        self._collect(name)
+
+    def deliver_raw(self, name: str, data: bytes | memoryview) -> None:
+        """Feed core ``name`` a datagram out of nowhere, now (tests of malformed input)."""
+        self.send(name, self.cores[name].on_packet(data, self.now))
+        self._collect(name)
+
+    def send(self, src: str, txs: list[Tx]) -> None:
+        """Put what core ``src`` returned on the wire."""
+        if not txs:
+            return
+        dst = self.peer[src]
+        dirs = self.paths[(src, dst)]
+        rng = self.rng
+        now = self.now
+        for ev, data in txs:
+            data = bytes(data)
+            size = len(data)
+            if size >= HEADER_LEN:
+                f = HEADER.unpack_from(data, 0)
+                rec = Rec(now, src, dst, ev, f[1], f[2], f[4], size)
+            else:
+                rec = Rec(now, src, dst, ev, -1, 0, -1, size)
+            self.log.append(rec)
+            if not 0 <= ev < len(dirs):
+                rec.fate = "bad_ev"
+                continue
+            d = dirs[ev]
+            spec = d.spec
+            if d.is_dead(now):
+                rec.fate = "dead"
+                continue
+            if spec.loss and rng.random() < spec.loss:
+                rec.fate = "lost"
+                continue
+            t = now
+            if spec.rate:
+                start = max(now, d.busy_until)
+                if (start - now) * spec.rate + size > spec.buffer:
+                    rec.fate = "queue_drop"
+                    continue
+                t = d.busy_until = start + size / spec.rate
+            t += spec.delay
+            if spec.jitter:
+                t += rng.random() * spec.jitter
+            if spec.reorder and rng.random() < spec.reorder:
+                t += rng.random() * spec.reorder_delay
+            self._push(t, 0, (rec, data))
+            if spec.dup and rng.random() < spec.dup:
+                dup = Rec(now, src, dst, ev, rec.kind, rec.flags, rec.psn, size, "in_flight")
+                self.log.append(dup)
+                self._push(t + rng.random() * max(spec.delay, 1e-6), 0, (dup, data))
+
+    def _push(self, t: float, kind: int, item: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, item))
+
+    def _collect(self, name: str) -> None:
+        c = self.cores[name].completions()
+        if c:
+            self.done[name].extend(c)
+
+    def run(self, until: float, stop: Callable[[], bool] | None = None) -> float:
+        """Advance virtual time up to ``until`` (or until ``stop()``); return the time reached."""
+        heap = self._heap
+        cores = self.cores
+        same, last_t = 0, -1.0
+        while True:
+            if stop is not None and stop():
+                break
+            t_timer, who = INF, None
+            for name, core in cores.items():
+                d = core.next_deadline()
+                if d is not None and d < t_timer:
+                    t_timer, who = d, name
+            t_ev = heap[0][0] if heap else INF
+            t = min(t_timer, t_ev)
+            if t > until:
+                self.now = until
+                break
+            t = max(t, self.now)
+            if t == last_t:
+                same += 1
+                if same > self._max_same:
+                    raise RuntimeError(f"no progress at t={t}: a core keeps asking for a timer")
+            else:
+                same, last_t = 0, t
+            self.now = t
+            self.events += 1
+            if t_timer <= t_ev:
+                self.send(who, cores[who].on_timer(t))
+                self._collect(who)
+                continue
+            _, _, kind, item = heapq.heappop(heap)
+            if kind == 1:
+                item()
+                continue
+            rec, data = item
+            d = self.paths[(rec.src, rec.dst)][rec.ev]
+            if d.is_dead(t):
+                rec.fate = "dead"
+                continue
+            rec.fate, rec.t_arrive = "delivered", t
+            if rec.size >= HEADER_LEN:
+                self.delivered[(rec.src, rec.dst)][rec.ev] += rec.size - HEADER_LEN
+            self.send(rec.dst, cores[rec.dst].on_packet(data, t))
+            self._collect(rec.dst)
+        return self.now
+
+    # ---- inspection -------------------------------------------------------------------------
+
+    def sent(self, src: str, ev: int | None = None, kind: int | None = None,
+             after: float = -INF, before: float = INF) -> list[Rec]:
+        """Datagrams ``src`` sent (on ``ev``, of ``kind``) in [after, before)."""
+        return [r for r in self.log if r.src == src and after <= r.t < before
+                and (ev is None or r.ev == ev) and (kind is None or r.kind == kind)]
+
+
+def exchange(net: FakeNet, src: str, dst: str, messages: dict[int, bytes], until: float,
+             post_recv_first: bool = True) -> dict[int, bytearray]:
+    """Post a receive buffer on ``dst`` and a send on ``src`` per message; run until every
+    completion of both sides arrived (or ``until``); return the receive buffers."""
+    bufs = {m: bytearray(len(d)) for m, d in messages.items()}
+    if post_recv_first:
+        for m, b in bufs.items():
+            net.post_recv(dst, m, b)
+    for m, d in messages.items():
+        net.post_send(src, m, d)
+    if not post_recv_first:
+        for m, b in bufs.items():
+            net.post_recv(dst, m, b)
+    n = len(messages)
+    net.run(until, stop=lambda: len(net.done[src]) >= n and len(net.done[dst]) >= n)
+    return bufs

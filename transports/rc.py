@@ -1,0 +1,316 @@
+"""RC: a RoCEv2 reliable-connection core (sans-I/O), the single-path baseline.
+
+``RcCore(conn, config, rng_seed)``: one path (every packet on EV 0; ECMP picks
+the route), PSNs in order. The receiver accepts only the next expected PSN:
+anything beyond it is dropped and answered by one NACK carrying the expected
+PSN per gap (a duplicate is re-acknowledged). The sender keeps at most
+``window_pkts`` packets outstanding (RDMA's outstanding-request limit; with
+``aimd`` the window moves between 1 and that: +1 per window acked, halved on a
+NACK or timeout, at most once per RTT) and goes back N: on a NACK it resends
+everything from the NACKed PSN, on an RTO everything from the oldest
+unacknowledged. ACKs are cumulative (no SACK), coalesced like MRC's. Same
+message API, placement, retry budget and peer-gone behaviour as MRC
+(transports/mrc.py): more than ``max_retries`` RTOs without progress fail
+every pending message with ok=False.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+
+from transports import wire
+from transports.api import Completion, Tx
+from transports.cc import RttEstimator
+from transports.message import DROPPED, OutMsg, Reassembly
+from transports.wire import (
+    ACK,
+    DATA,
+    FLAG_ACK_REQ,
+    FLAG_LAST,
+    FLAG_RETX,
+    HEADER_LEN,
+    NACK,
+    PROBE,
+    Malformed,
+    pack_header,
+)
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class RcConfig:
+    """RC knobs (times in seconds, sizes in bytes)."""
+
+    mtu_payload: int = 8000
+    window_pkts: int = 64
+    aimd: bool = False
+    ack_every: int = 4
+    ack_delay: float = 50e-6
+    rto_init: float = 10e-3
+    rto_min: float = 1e-3
+    rto_max: float = 0.25
+    max_retries: int = 7
+    unposted_limit: int = 64 << 20
+    use_crc: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.mtu_payload <= wire.MAX_PAYLOAD:
+            raise ValueError(f"mtu_payload must be in 1..{wire.MAX_PAYLOAD}")
+        if self.window_pkts < 1 or self.ack_every < 1 or self.max_retries < 0:
+            raise ValueError("window_pkts >= 1, ack_every >= 1, max_retries >= 0")
+        if not 0 < self.rto_min <= self.rto_max:
+            raise ValueError("need 0 < rto_min <= rto_max")
+
+
+class RcCore:
+    """One end of an RC connection (EV 0 only)."""
+
+    def __init__(self, conn: int, config: RcConfig | None = None, rng_seed: int = 0) -> None:
+        cfg = config or RcConfig()
+        self.conn = conn
+        self.cfg = cfg
+        self.stats: Counter[str] = Counter()
+        self._done: list[Completion] = []
+        self.reasm = Reassembly(cfg.unposted_limit, self.stats, self._done)
+        self.failed: str | None = None
+        # sender
+        self.snd_una = 0  # oldest unacknowledged
+        self.snd_nxt = 0  # next PSN to (re)send
+        self.snd_max = 0  # next new PSN
+        self.pkts: dict[int, tuple[OutMsg, int, int, int, int]] = {}  # psn -> om, off, len, fl, crc
+        self.sendq: deque[OutMsg] = deque()
+        self.out_msgs: dict[int, OutMsg] = {}
+        self.window = float(cfg.window_pkts)
+        self.last_cut = -INF
+        self.rtt = RttEstimator()
+        self.rto_at = INF
+        self.strikes = 0
+        # receiver
+        self.rcv_nxt = 0
+        self.nack_sent = False
+        self.ack_pending = 0
+        self.ack_at = INF
+        self.last_ts = 0
+
+    def __repr__(self) -> str:
+        return (f"RcCore(conn={self.conn}, una={self.snd_una}, nxt={self.snd_nxt}, "
+                f"window={self.window:.1f})")
+
+    # ---- the Core interface -------------------------------------------------------------
+
+    def post_send(self, msg: int, data: bytes | memoryview, now: float) -> list[Tx]:
+        if self.failed or msg in self.out_msgs:
+            err = self.failed or f"message {msg} is already being sent"
+            self._done.append(Completion(msg, "send", False, 0, now, err))
+            return []
+        om = OutMsg(msg, data, self.cfg.mtu_payload, now)
+        self.out_msgs[msg] = om
+        self.sendq.append(om)
+        out: list[Tx] = []
+        self._pump(now, out)
+        return out
+
+    def post_recv(self, msg: int, buf: bytearray | memoryview, now: float) -> list[Tx]:
+        if self.failed:
+            self._done.append(Completion(msg, "recv", False, 0, now, self.failed))
+            return []
+        self.reasm.post(msg, buf, now)
+        return []
+
+    def on_packet(self, data: bytes | memoryview, now: float) -> list[Tx]:
+        try:
+            h = wire.parse(data)
+        except Malformed as e:
+            self.stats["malformed_" + e.reason] += 1
+            return []
+        if h.conn != self.conn:
+            self.stats["wrong_conn"] += 1
+            return []
+        out: list[Tx] = []
+        if h.kind == DATA:
+            self._on_data(h, data, now, out)
+        elif h.kind in (ACK, NACK):
+            self._on_ack(h, now, out)
+        elif h.kind == PROBE:
+            buf = bytearray(HEADER_LEN)
+            pack_header(buf, wire.PROBE_ACK, 0, self.conn, h.psn, 0, 0, 0, 0, 0, _ns(now), h.ts)
+            out.append((0, buf))
+        else:
+            self.stats["unexpected_kind"] += 1
+        return out
+
+    def on_timer(self, now: float) -> list[Tx]:
+        out: list[Tx] = []
+        if self.ack_at <= now:
+            out.append(self._make_ack(ACK, now))
+        if self.rto_at <= now:
+            self.rto_at = INF
+            if self.snd_una < self.snd_max and not self.failed:
+                self.strikes += 1
+                self.stats["rto"] += 1
+                if self.strikes > self.cfg.max_retries:
+                    self._fail(now, f"peer unreachable: {self.strikes} retransmission timeouts "
+                                    "without progress")
+                    return out
+                self._cut(now, force=True)
+                self.snd_nxt = self.snd_una  # go back N
+        self._pump(now, out)
+        return out
+
+    def next_deadline(self) -> float | None:
+        d = min(self.ack_at, self.rto_at)
+        return None if d == INF else d
+
+    def completions(self) -> list[Completion]:
+        done = self._done[:]
+        self._done.clear()
+        return done
+
+    # ---- receiver -------------------------------------------------------------------------
+
+    def _on_data(self, h: wire.Header, data: bytes | memoryview, now: float,
+                 out: list[Tx]) -> None:
+        if h.ev != 0:
+            self.stats["bad_ev"] += 1
+            return
+        payload = memoryview(data)[HEADER_LEN:HEADER_LEN + h.length]
+        if h.crc:
+            if wire.crc32(payload) != h.crc:
+                self.stats["crc"] += 1
+                return
+        elif self.cfg.use_crc and h.length:
+            self.stats["no_crc"] += 1
+            return
+        psn = h.psn
+        self.last_ts = h.ts
+        if psn < self.rcv_nxt:
+            self.stats["dup_data"] += 1
+            out.append(self._make_ack(ACK, now))
+            return
+        if psn > self.rcv_nxt:
+            self.stats["out_of_order"] += 1
+            if not self.nack_sent:
+                self.nack_sent = True
+                out.append(self._make_ack(NACK, now))
+            return
+        if self.reasm.place(h.msg, h.offset, payload, h.msg_len, now) == DROPPED:
+            return
+        self.stats["rx_data_pkts"] += 1
+        self.rcv_nxt += 1
+        self.nack_sent = False
+        self.ack_pending += 1
+        if h.flags & FLAG_ACK_REQ or self.ack_pending >= self.cfg.ack_every:
+            out.append(self._make_ack(ACK, now))
+        elif self.ack_at == INF:
+            self.ack_at = now + self.cfg.ack_delay
+
+    def _make_ack(self, kind: int, now: float) -> Tx:
+        self.ack_pending = 0
+        self.ack_at = INF
+        buf = bytearray(HEADER_LEN)
+        pack_header(buf, kind, 0, self.conn, self.rcv_nxt, 0, 0, 0, 0, 0, _ns(now), self.last_ts)
+        self.stats["tx_nack" if kind == NACK else "tx_ack"] += 1
+        return (0, buf)
+
+    # ---- sender ---------------------------------------------------------------------------
+
+    def _on_ack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
+        cum = h.psn
+        if cum > self.snd_max:
+            self.stats["ack_beyond_sent"] += 1
+            return
+        if self.failed:
+            return
+        if h.ts_echo:
+            r = now - h.ts_echo * 1e-9
+            if 0 < r < 60.0:
+                self.rtt.sample(r)
+        if cum > self.snd_una:
+            for psn in range(self.snd_una, cum):
+                om, *_ = self.pkts.pop(psn)
+                om.acked += 1
+                if om.acked == om.npkts:
+                    om.done = True
+                    del self.out_msgs[om.msg]
+                    self._done.append(Completion(om.msg, "send", True, om.nbytes, now))
+            if self.cfg.aimd:
+                self.window = min(self.cfg.window_pkts,
+                                  self.window + (cum - self.snd_una) / self.window)
+            self.snd_una = cum
+            self.strikes = 0
+            self.snd_nxt = max(self.snd_nxt, cum)
+            self.rto_at = now + self._rto() if self.snd_una < self.snd_max else INF
+        if h.kind == NACK:
+            self.stats["rx_nack"] += 1
+            if self.snd_una <= cum < self.snd_nxt:  # a stale NACK (cum < snd_una) is ignored
+                self._cut(now)
+                self.snd_nxt = cum  # go back N from the expected PSN
+        self._pump(now, out)
+
+    def _cut(self, now: float, force: bool = False) -> None:
+        if self.cfg.aimd and (force or now - self.last_cut >= (self.rtt.srtt or 0.0)):
+            self.window = max(1.0, self.window / 2)
+            self.last_cut = now
+
+    def _rto(self) -> float:
+        cfg = self.cfg
+        return min(cfg.rto_max, self.rtt.rto(cfg.rto_min, cfg.rto_max, cfg.rto_init)
+                   * (1 << self.strikes))
+
+    def _pump(self, now: float, out: list[Tx]) -> None:
+        if self.failed:
+            return
+        limit = self.snd_una + max(1, int(self.window))
+        last = None
+        while self.snd_nxt < limit:
+            psn = self.snd_nxt
+            if psn < self.snd_max:
+                om, off, n, fl, crc = self.pkts[psn]
+                flags = fl | FLAG_RETX
+                self.stats["tx_retx"] += 1
+            elif self.sendq:
+                om = self.sendq[0]
+                off = om.next_off
+                n = min(self.cfg.mtu_payload, om.nbytes - off)
+                om.next_off = off + n
+                fl = 0
+                if om.next_off >= om.nbytes:
+                    self.sendq.popleft()
+                    fl = FLAG_LAST
+                crc = wire.crc32(om.data[off:off + n]) if self.cfg.use_crc and n else 0
+                self.pkts[psn] = (om, off, n, fl, crc)
+                self.snd_max = psn + 1
+                flags = fl
+            else:
+                break
+            buf = bytearray(HEADER_LEN + n)
+            pack_header(buf, DATA, flags, self.conn, psn, om.msg, off, om.nbytes, 0, n,
+                        _ns(now), 0, crc)
+            if n:
+                buf[HEADER_LEN:] = om.data[off:off + n]
+            out.append((0, buf))
+            last = buf
+            self.stats["tx_data_pkts"] += 1
+            self.snd_nxt = psn + 1
+        if last is not None:
+            if self.snd_nxt >= self.snd_max or self.snd_nxt >= limit:
+                last[3] |= FLAG_ACK_REQ
+            if self.rto_at == INF:
+                self.rto_at = now + self._rto()
+
+    def _fail(self, now: float, error: str) -> None:
+        self.failed = error
+        self.stats["conn_failed"] += 1
+        for om in list(self.out_msgs.values()):
+            self._done.append(Completion(om.msg, "send", False, 0, now, error))
+        self.out_msgs.clear()
+        self.sendq.clear()
+        self.pkts.clear()
+        self.rto_at = INF
+        self.reasm.fail_all(error, now)
+
+
+def _ns(now: float) -> int:
+    return int(now * 1e9) & 0xFFFFFFFFFFFFFFFF
