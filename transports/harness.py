@@ -25,6 +25,9 @@ from emu.errors import EmuError
 from emu.fabric import Fabric
 
 TRANSPORTS = ("mrc", "rc", "tcp")
+# RC runs with AIMD on its window, standing in for RoCE's rate control (DCQCN): a
+# fixed window overflowing shallow switch buffers would only measure go-back-N storms.
+DEFAULT_CONFIG = {"mrc": {}, "rc": {"aimd": True}, "tcp": {}}
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,8 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
     def plan_of(host: str) -> dict:
         return plans.setdefault(host, {
             "host": host, "addr": str(spec.address(host)), "transport": transport,
-            "config": config or {}, "seed": seed, "deadline_s": deadline_s,
+            "config": DEFAULT_CONFIG[transport] if config is None else config,
+            "seed": seed, "deadline_s": deadline_s,
             "conns": [], "sends": [], "recvs": []})
 
     parts: dict[int, list[int]] = {}  # transfer index -> its message ids
@@ -123,6 +127,7 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
             line = p.stderr.readline()
             if line.strip() != "ready":
                 raise EmuError(f"driver on {host} failed to start: {line}{p.stderr.read()}")
+        # stderr (progress lines) drains in threads; stdout (one JSON) is read below.
         readers = [Thread(target=lambda p=p, h=h: errs[h].extend(p.stderr), daemon=True)
                    for h, p in procs.items()]
         for r in readers:
@@ -135,7 +140,9 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
             on_start(t0)
         outs = {}
         for host, p in procs.items():
-            out, _ = p.communicate(timeout=deadline_s + 30)
+            p.stdin.close()
+            out = p.stdout.read()
+            p.wait(timeout=deadline_s + 30)
             if p.returncode != 0:
                 raise EmuError(f"driver on {host} exited {p.returncode}: "
                                f"{''.join(errs[host])[-2000:]}")
