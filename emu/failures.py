@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from emu.delayline import check_delay
 from emu.errors import EmuError
 from emu.fabric import Fabric
-from emu.kernel import FIFO_HANDLE, HTB_CLASS, HTB_ROOT, NUD_PERMANENT, htb_class
+from emu.kernel import FIFO_HANDLE, HTB_CLASS, HTB_DATA, HTB_ROOT, NUD_PERMANENT, htb_class
 from emu.microburst import Microburst, MicroburstSpec, plan_routes
 from topologies import Link, LinkSpec, MultiPlaneClos, Role, TopologyError
 
@@ -260,8 +260,9 @@ class RateDegrade:
         lk = _check_link(fab.spec, self.link)
         for node, ifname in _ends(lk):
             k = fab.kernels[node]
-            k.ipr.tc("change-class", "htb", k.ifindex[ifname], HTB_CLASS, parent=HTB_ROOT,
-                     **htb_class(spec, fab.spec.mtu))
+            for cls, parent in ((HTB_CLASS, HTB_ROOT), (HTB_DATA, HTB_CLASS)):
+                k.ipr.tc("change-class", "htb", k.ifindex[ifname], cls, parent=parent,
+                         **htb_class(spec, fab.spec.mtu))
 
     def apply(self, fab: Fabric) -> None:
         lk = _check_link(fab.spec, self.link)
@@ -303,7 +304,7 @@ class DciDelay:
         lk = _check_link(fab.spec, self.link)
         for node, ifname in _ends(lk):
             k = fab.kernels[node]
-            k.ipr.tc("change", "netem", k.ifindex[ifname], FIFO_HANDLE, parent=HTB_CLASS,
+            k.ipr.tc("change", "netem", k.ifindex[ifname], FIFO_HANDLE, parent=HTB_DATA,
                      delay=int(delay_ms * 1000), loss=fab.spec.dci.loss * 100,
                      limit=lk.spec.queue_packets)
 

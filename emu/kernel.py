@@ -22,8 +22,16 @@ from topologies.routing import MAIN_TABLE, NodePlan, Route
 
 NUD_PERMANENT = 0x80
 HTB_ROOT = 0x10000  # 1:
-HTB_CLASS = 0x10001  # 1:1
-FIFO_HANDLE = 0x20000  # 2:
+HTB_CLASS = 0x10001  # 1:1   the link rate
+HTB_CTRL = 0x10010  # 1:10  control traffic (ACKs, NACKs, probes): served first
+HTB_DATA = 0x10020  # 1:20  everything else (the default class)
+FIFO_HANDLE = 0x20000  # 2:  the data FIFO: the switch buffer whose drops are counted
+CTRL_FIFO = 0x30000  # 3:
+# Control packets carry DSCP EF (traffic class 0xb8); switches give them strict
+# priority, as fabrics do for ACKs and congestion notifications, so a data queue
+# does not delay the feedback that drives congestion control.
+CTRL_TCLASS = 0xB8
+ETH_P_IPV6 = 0x86DD
 
 # Quiet, deterministic namespaces: no DAD delay, no router solicitations or
 # neighbour discovery chatter that would show up in interface counters.
@@ -205,16 +213,27 @@ def set_egress_queue(ipr: IPRoute, index: int, spec: LinkSpec, mtu: int,
                      netem: tuple[float, float] | None = None) -> None:
     """HTB at the link rate feeding a bounded FIFO: the switch buffer, with real drops.
 
-    ``netem=(delay_ms, loss)``: the FIFO is a netem qdisc of the same depth that
-    also delays (and drops a fraction ``loss``): a DCI link on a kernel with netem.
+    Under the link's class, control packets (traffic class CTRL_TCLASS) have a
+    class of their own with priority over data. ``netem=(delay_ms, loss)``: the
+    data FIFO is a netem qdisc of the same depth that also delays (and drops a
+    fraction ``loss``), and control packets share it (a DCI link on a kernel with
+    netem: nothing may skip the propagation delay).
     """
-    ipr.tc("add", "htb", index, HTB_ROOT, default=HTB_CLASS & 0xFFFF)  # minor id
+    ipr.tc("add", "htb", index, HTB_ROOT, default=HTB_DATA & 0xFFFF)  # minor id
     ipr.tc("add-class", "htb", index, HTB_CLASS, parent=HTB_ROOT, **htb_class(spec, mtu))
+    ipr.tc("add-class", "htb", index, HTB_DATA, parent=HTB_CLASS, prio=1,
+           **htb_class(spec, mtu))
     if netem is None:
-        ipr.tc("add", "pfifo", index, FIFO_HANDLE, parent=HTB_CLASS, limit=spec.queue_packets)
+        ipr.tc("add", "pfifo", index, FIFO_HANDLE, parent=HTB_DATA, limit=spec.queue_packets)
+        ipr.tc("add-class", "htb", index, HTB_CTRL, parent=HTB_CLASS, prio=0,
+               **htb_class(spec, mtu))
+        ipr.tc("add", "pfifo", index, CTRL_FIFO, parent=HTB_CTRL, limit=256)
+        # IPv6 word 0 = version(4) | traffic class(8) | flow label(20)
+        ipr.tc("add-filter", "u32", index, parent=HTB_ROOT, prio=1, protocol=ETH_P_IPV6,
+               target=HTB_CTRL, keys=[f"0x{CTRL_TCLASS << 20:08x}/0x0ff00000+0"])
     else:
         delay_ms, loss = netem
-        ipr.tc("add", "netem", index, FIFO_HANDLE, parent=HTB_CLASS,
+        ipr.tc("add", "netem", index, FIFO_HANDLE, parent=HTB_DATA,
                delay=int(delay_ms * 1000), loss=loss * 100, limit=spec.queue_packets)
 
 

@@ -31,9 +31,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from emu.kernel import CTRL_TCLASS
 from emu.srv6 import IPV6_RTHDR, srh_bytes
 from transports.api import Completion, Core
-from transports.wire import UDP_PORT
+from transports.wire import DATA, UDP_PORT
 
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
 
@@ -104,8 +105,11 @@ class Driver:
     def _send(self, conn: Conn, txs: list) -> None:
         for ev, data in txs:
             try:
-                conn.ev_socks[ev].sendto(data, conn.peer)
-                conn.sent_per_ev[ev] += 1
+                if data[1] == DATA:
+                    conn.ev_socks[ev].sendto(data, conn.peer)
+                    conn.sent_per_ev[ev] += 1
+                else:  # ACK, NACK, probes: the switches' priority class
+                    conn.ev_socks[ev].sendmsg([data], _CTRL_CMSG, 0, conn.peer)
             except (BlockingIOError, OSError):
                 pass  # a full NIC queue or a dead first hop: the packet is lost, as on a wire
 
@@ -208,6 +212,8 @@ class Driver:
 
 
 _CONN = struct.Struct("!I")
+# Traffic class of control packets (emu.kernel.CTRL_TCLASS: DSCP EF).
+_CTRL_CMSG = [(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, struct.pack("i", CTRL_TCLASS))]
 
 
 def _conn_of(view: memoryview, n: int) -> int:

@@ -27,7 +27,9 @@ from emu.fabric import Fabric
 TRANSPORTS = ("mrc", "rc", "tcp")
 # RC runs with AIMD on its window, standing in for RoCE's rate control (DCQCN): a
 # fixed window overflowing shallow switch buffers would only measure go-back-N storms.
-DEFAULT_CONFIG = {"mrc": {}, "rc": {"aimd": True}, "tcp": {}}
+# Emulated links are 1000x slower than real ones, so a full queue holds tens to
+# hundreds of ms: the RTO cap is raised to match (the cores' defaults suit real rates).
+DEFAULT_CONFIG = {"mrc": {"rto_max": 2.0}, "rc": {"aimd": True, "rto_max": 2.0}, "tcp": {}}
 
 
 @dataclass(frozen=True)
