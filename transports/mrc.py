@@ -6,7 +6,7 @@ id; packets carrying another id are counted (``wrong_conn``) and dropped.
 
 Sending. Messages are cut into packets (``mtu_payload`` bytes) that each get a
 PSN and are sprayed over the EVs chosen by a path selector (transports/pathsel.py,
-default ``bitmap``). Bytes in flight over all EVs are bounded by one NSCC-like
+default ``oblivious``). Bytes in flight over all EVs are bounded by one NSCC-like
 delay-based window (transports/cc.py) and by ``window_pkts`` PSNs past the
 oldest unacknowledged one.
 
@@ -96,7 +96,7 @@ class MrcConfig:
     """MRC knobs (times in seconds, sizes in bytes). Unknown keys are errors (dataclass)."""
 
     mtu_payload: int = 8000
-    selector: str = "bitmap"  # "bitmap", "oblivious", "reps"
+    selector: str = "oblivious"  # "oblivious", "bitmap", "reps" (see transports/pathsel.py)
     ev_min_active: int = 2
     ack_every: int = 4
     ack_delay: float = 50e-6
