@@ -65,6 +65,16 @@ def cmd_fabric(args: argparse.Namespace) -> int:
                   f"{fab.delay_backend_used} delay")
         first, last = spec.hosts[0].name, spec.hosts[-1].name
         print(f"  try: ip netns exec {fab.netns(first)} ping -c1 {spec.address(last)}")
+        captures = []
+        for where in args.capture or []:
+            from emu.capture import Capture
+
+            node, _, ifname = where.partition(":")
+            path = Path(args.capture_dir) / f"{node}-{ifname}.pcap"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            captures.append(Capture(fab, node, ifname, path))
+            captures[-1].start()
+            print(f"  capturing {where} -> {path} (decode: transports.scapy_layer.read_pcap)")
         runner = None
         if events is not None:
             from emu import convergence
@@ -88,6 +98,8 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         finally:
             if runner is not None:
                 runner.stop()
+            for cap in captures:
+                cap.stop()
     return 0
 
 
@@ -175,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     _bfd_args(f)
     f.add_argument("--cli", action="store_true", help="open Mininet's CLI on the fabric")
     f.add_argument("--timeline", help="a failure timeline (.py or .toml) to fire once built")
+    f.add_argument("--capture", action="append", metavar="NODE:IFNAME",
+                   help="tcpdump this port (repeatable); pcaps decode with our scapy layer")
+    f.add_argument("--capture-dir", default="results/captures", help="where pcaps go")
     f.add_argument("--hold", action="store_true",
                    help="with --timeline: keep the fabric up after the last event")
     f.set_defaults(func=cmd_fabric)

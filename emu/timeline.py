@@ -284,11 +284,11 @@ class TimelineRunner:
                         rec.update(measured)
                 else:
                     self.active[f] = f.apply(self.fab)
-                    if self.after_apply is not None:
-                        self._measure(ev.at, f)
             except Exception as e:  # noqa: BLE001 - a failed event is logged, the run goes on
                 rec["error"] = repr(e)
             self.record(rec)
+            if not restoring and "error" not in rec and self.after_apply is not None:
+                self._measure(ev.at, f)
 
     def _measure(self, at_s: float, f: Failure) -> None:
         def run() -> None:
