@@ -140,6 +140,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from emu.bench import bench_fabric
 
         res = bench_fabric(say=_progress, large=not args.quick)
+    elif args.bench == "dblp":
+        from transports.bench_dblp import bench_dblp
+
+        res = bench_dblp(say=_progress, quick=args.quick)
     elif args.bench == "transport":
         from transports.bench import bench_transport
 
@@ -214,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--json", action="store_true")
     bt.add_argument("--quick", action="store_true", help="smaller messages")
     bt.set_defaults(func=cmd_bench)
+    bd = bsub.add_parser("dblp", help="round latency through microbursts: DBLP vs reliable, "
+                         "MLT-style and OptiReduce-style rounds")
+    bd.add_argument("--json", action="store_true")
+    bd.add_argument("--quick", action="store_true", help="fewer rounds")
+    bd.set_defaults(func=cmd_bench)
     bo = bsub.add_parser("failover", help="ECMP + BFD/BGP: convergence and loss per failure")
     bo.add_argument("--json", action="store_true")
     _bfd_args(bo)

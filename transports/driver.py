@@ -54,7 +54,22 @@ def make_core(transport: str, conn: int, evs: int, config: dict, seed: int) -> C
         from transports.rc import RcConfig, RcCore
 
         return RcCore(conn, RcConfig(**config), seed)
-    raise ValueError(f"transport={transport!r} is not a UDP core: use 'mrc' or 'rc'")
+    if transport == "dblp":
+        from transports.dblp import DblpCore
+        from transports.mrc import MrcConfig
+
+        return DblpCore(conn, evs, MrcConfig(**config), seed)
+    raise ValueError(f"transport={transport!r} is not a UDP core: use 'mrc', 'rc' or 'dblp'")
+
+
+def _bound(item: dict) -> dict:
+    """The ``bound=`` argument of a bounded-loss (DBLP) message, if the plan gives one."""
+    b = item.get("bound")
+    if b is None:
+        return {}
+    from transports.dblp import LossBound
+
+    return {"bound": LossBound(**b)}
 
 
 @dataclass
@@ -125,18 +140,24 @@ class Driver:
             conn = self.conns[r["conn"]]
             buf = bytearray(r["size"])
             bufs[(r["conn"], r["msg"])] = buf
-            self._send(conn, conn.core.post_recv(r["msg"], buf, time.monotonic()))
+            self._send(conn, conn.core.post_recv(r["msg"], buf, time.monotonic(),
+                                                 **_bound(r)))
             expect[(r["conn"], r["msg"], "recv")] = r
             pending += 1
-        sends = []
+        # A send with "after": m is posted once the send of message m completed (rounds).
+        first, waiting = [], {}
         for s in self.plan.get("sends", []):
-            sends.append((s, message_bytes(s["seed"], s["size"])))
-        t0 = wait_for_start()
-        for s, data in sends:
-            conn = self.conns[s["conn"]]
-            self._send(conn, conn.core.post_send(s["msg"], data, t0))
+            item = (s, message_bytes(s["seed"], s["size"]))
+            if s.get("after") is None:
+                first.append(item)
+            else:
+                waiting.setdefault(s["after"], []).append(item)
             expect[(s["conn"], s["msg"], "send")] = s
             pending += 1
+        self.posted: dict[int, float] = {}
+        t0 = wait_for_start()
+        for s, data in first:
+            self._post_send(s, data, t0, t0)
         done: list[dict] = []
         timeline: list[tuple[float, int]] = []  # (t, bytes placed so far) for goodput
         placed = 0
@@ -171,6 +192,9 @@ class Driver:
                     done.append(self._finish(conn, comp, expect, bufs, t0))
                     if comp.kind == "recv" and comp.ok:
                         placed += comp.nbytes
+                    if comp.kind == "send":
+                        for s, data in waiting.pop(comp.msg, ()):
+                            self._post_send(s, data, time.monotonic(), t0)
             if now >= next_sample:
                 timeline.append((round(now - t0, 4), self._bytes_in(placed)))
                 next_sample = now + 0.01
@@ -182,12 +206,17 @@ class Driver:
                              "error": "deadline", "bytes": item["size"]})
         return {
             "host": self.plan["host"], "transport": self.transport, "t0": t0,
-            "messages": done, "timeline": timeline,
+            "messages": done, "timeline": timeline, "posted": self.posted,
             "cpu_s": round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 4),
             "sent_per_ev": {c: conn.sent_per_ev for c, conn in self.conns.items()},
             "stats": {c: dict(getattr(conn.core, "stats", {})) for c, conn in self.conns.items()},
             "unknown_conn": self.malformed_conn,
         }
+
+    def _post_send(self, s: dict, data: bytes, now: float, t0: float) -> None:
+        conn = self.conns[s["conn"]]
+        self.posted[s["msg"]] = round(now - t0, 6)
+        self._send(conn, conn.core.post_send(s["msg"], data, now, **_bound(s)))
 
     def _bytes_in(self, placed: int) -> int:
         # Bytes placed so far, including partially received messages, from the cores.
@@ -201,12 +230,19 @@ class Driver:
         c = conn.core.conn
         out = {"conn": c, "msg": comp.msg, "kind": comp.kind, "ok": comp.ok,
                "bytes": comp.nbytes, "t": round(comp.t - t0, 6), "error": comp.error}
+        missing = tuple(getattr(comp, "missing", ()) or ())
+        if hasattr(comp, "delivered"):
+            out.update(delivered=round(comp.delivered, 6), missing=len(missing),
+                       deadline=bool(getattr(comp, "deadline", False)))
         if comp.kind == "recv" and comp.ok:
             want = expect[(c, comp.msg, "recv")]
-            got = bufs[(c, comp.msg)]
-            out["sha256_ok"] = (hashlib.sha256(got).digest()
-                                == hashlib.sha256(message_bytes(want["seed"], want["size"]))
-                                .digest())
+            got = bytearray(bufs[(c, comp.msg)])
+            ref = bytearray(message_bytes(want["seed"], want["size"]))
+            chunk = self.plan.get("config", {}).get("mtu_payload", 8000)
+            for i in missing:  # every byte that was placed must be exact
+                got[i * chunk:(i + 1) * chunk] = ref[i * chunk:(i + 1) * chunk] = bytes(
+                    len(ref[i * chunk:(i + 1) * chunk]))
+            out["sha256_ok"] = hashlib.sha256(got).digest() == hashlib.sha256(ref).digest()
         print(json.dumps({"host": self.plan["host"], **out}), file=sys.stderr, flush=True)
         return out
 

@@ -24,21 +24,29 @@ from threading import Thread
 from emu.errors import EmuError
 from emu.fabric import Fabric
 
-TRANSPORTS = ("mrc", "rc", "tcp")
+TRANSPORTS = ("mrc", "rc", "tcp", "dblp")
 # RC runs with AIMD on its window, standing in for RoCE's rate control (DCQCN): a
 # fixed window overflowing shallow switch buffers would only measure go-back-N storms.
 # Emulated links are 1000x slower than real ones, so a full queue holds tens to
 # hundreds of ms: the RTO cap is raised to match (the cores' defaults suit real rates).
-DEFAULT_CONFIG = {"mrc": {"rto_max": 2.0}, "rc": {"aimd": True, "rto_max": 2.0}, "tcp": {}}
+DEFAULT_CONFIG = {"mrc": {"rto_max": 2.0}, "rc": {"aimd": True, "rto_max": 2.0}, "tcp": {},
+                  "dblp": {"rto_max": 2.0}}
 
 
 @dataclass(frozen=True)
 class Transfer:
-    """``size`` bytes from ``src`` to ``dst`` as one message."""
+    """``size`` bytes from ``src`` to ``dst`` as one message.
+
+    ``after``: the index of an earlier transfer whose send must complete before
+    this one is posted (synchronous rounds). ``bound``: for DBLP, the round's
+    LossBound as a dict (tolerance, deadline_s, fill).
+    """
 
     src: str
     dst: str
     size: int
+    after: int | None = None
+    bound: dict | None = None
 
 
 @dataclass
@@ -99,7 +107,7 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
                 conn = pairs[key] = len(pairs) + 1
                 for a, b in ((t.src, t.dst), (t.dst, t.src)):
                     c = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
-                    if transport == "mrc":
+                    if transport in ("mrc", "dblp"):
                         c["paths"] = [[str(s) for s in p.segments[:-1]]
                                       for p in spec.paths(a, b)]
                     elif transport == "rc":
@@ -111,6 +119,12 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
             mid = len(parts) * lanes + lane + 1
             msg = {"conn": pairs[key], "msg": mid, "size": size,
                    "seed": seed * 100003 + mid}
+            if t.after is not None:
+                if not 0 <= t.after < i:
+                    raise EmuError(f"transfer {i}: after={t.after} must name an earlier one")
+                msg["after"] = parts[t.after][lane]
+            if t.bound is not None:
+                msg["bound"] = t.bound
             parts.setdefault(i, []).append(mid)
             plan_of(t.src)["sends"].append(msg)
             plan_of(t.dst)["recvs"].append(msg)
@@ -159,9 +173,14 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
         got = [next((m for m in outs[t.dst]["messages"]
                      if m["kind"] == "recv" and m["msg"] == mid),
                     {"msg": mid, "ok": False, "error": "no report"}) for mid in parts[i]]
+        posted = min(outs[t.src].get("posted", {}).get(str(mid), 0.0) for mid in parts[i])
+        done = max(m.get("t", float("inf")) for m in got)
         res.messages.append({
             "transfer": i, "src": t.src, "dst": t.dst, "bytes": t.size,
             "ok": all(m["ok"] and m.get("sha256_ok", True) for m in got),
-            "t": max(m.get("t", float("inf")) for m in got),
+            "t": done, "posted": posted, "latency": done - posted,
+            "delivered": min(m.get("delivered", 1.0) for m in got),
+            "missing": sum(m.get("missing", 0) for m in got),
+            "deadline": any(m.get("deadline", False) for m in got),
             "errors": [m["error"] for m in got if m.get("error")]})
     return res
