@@ -10,6 +10,8 @@ Messages (as MRC's RDMA Write): ``post_send(msg, data)`` sends a buffer;
 ``post_recv(msg, buf)`` gives the buffer its bytes are placed into, by offset,
 as they arrive (no reorder buffer). A ``Completion`` reports each message once
 every byte is placed (receiver) or acknowledged (sender), or once it failed.
+A bounded-loss core (DBLP) may complete a message early: ``delivered`` and
+``missing`` then say which chunks did not arrive.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ class Completion(NamedTuple):
     nbytes: int
     t: float  # when it completed (the driver's clock)
     error: str | None = None
+    # bounded-loss (DBLP) rounds; the defaults describe a reliable message
+    delivered: float = 1.0  # fraction of the message's chunks delivered
+    missing: tuple[int, ...] = ()  # indices (offset // mtu_payload) of chunks not delivered
+    deadline: bool = False  # the receiver's deadline ended the message
 
 
 class Core(Protocol):

@@ -136,14 +136,17 @@ class Driver:
         pending = 0
         expect: dict[tuple[int, int, str], dict] = {}
         bufs: dict[tuple[int, int], bytearray] = {}
+        # A receive with "after": m is posted once the receive of message m completed:
+        # a round's buffer (and its deadline clock) starts when the previous round ends.
+        recv_waiting: dict[int, list[dict]] = {}
         for r in self.plan.get("recvs", []):
-            conn = self.conns[r["conn"]]
-            buf = bytearray(r["size"])
-            bufs[(r["conn"], r["msg"])] = buf
-            self._send(conn, conn.core.post_recv(r["msg"], buf, time.monotonic(),
-                                                 **_bound(r)))
+            bufs[(r["conn"], r["msg"])] = bytearray(r["size"])
             expect[(r["conn"], r["msg"], "recv")] = r
             pending += 1
+            if r.get("after") is None:
+                self._post_recv(r, bufs, time.monotonic())
+            else:
+                recv_waiting.setdefault(r["after"], []).append(r)
         # A send with "after": m is posted once the send of message m completed (rounds).
         first, waiting = [], {}
         for s in self.plan.get("sends", []):
@@ -195,6 +198,9 @@ class Driver:
                     if comp.kind == "send":
                         for s, data in waiting.pop(comp.msg, ()):
                             self._post_send(s, data, time.monotonic(), t0)
+                    else:
+                        for r in recv_waiting.pop(comp.msg, ()):
+                            self._post_recv(r, bufs, time.monotonic())
             if now >= next_sample:
                 timeline.append((round(now - t0, 4), self._bytes_in(placed)))
                 next_sample = now + 0.01
@@ -212,6 +218,11 @@ class Driver:
             "stats": {c: dict(getattr(conn.core, "stats", {})) for c, conn in self.conns.items()},
             "unknown_conn": self.malformed_conn,
         }
+
+    def _post_recv(self, r: dict, bufs: dict, now: float) -> None:
+        conn = self.conns[r["conn"]]
+        self._send(conn, conn.core.post_recv(r["msg"], bufs[(r["conn"], r["msg"])], now,
+                                             **_bound(r)))
 
     def _post_send(self, s: dict, data: bytes, now: float, t0: float) -> None:
         conn = self.conns[s["conn"]]

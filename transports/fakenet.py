@@ -96,6 +96,9 @@ class FakeNet:
         self._seq = 0
         self._max_same = max_events_per_instant
         self.events = 0
+        # tests: ``tamper(rec, data)`` sees every datagram put on the wire and may return
+        # other bytes (a corrupted copy) to carry instead; None keeps it unchanged
+        self.tamper: Callable[[Rec, bytes], bytes | None] | None = None
 
     # ---- building -------------------------------------------------------------------------
 
@@ -170,6 +173,8 @@ class FakeNet:
             else:
                 rec = Rec(now, src, dst, ev, -1, 0, -1, size)
             self.log.append(rec)
+            if self.tamper is not None:
+                data = self.tamper(rec, data) or data
             if not 0 <= ev < len(dirs):
                 rec.fate = "bad_ev"
                 continue

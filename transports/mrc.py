@@ -656,6 +656,10 @@ class MrcCore:
             ev = next(e for e in active if e != avoid)
         return ev
 
+    def _may_retransmit(self, p: _Pkt) -> bool:
+        """Whether lost packet ``p`` is resent now (MRC: always; DBLP parks some)."""
+        return True
+
     def _pump(self, now: float, out: list[Tx]) -> None:
         if self.failed or not self.active:
             return
@@ -666,6 +670,9 @@ class MrcCore:
         while retxq:
             p = inflight.get(retxq[0])
             if p is None or not p.lost:
+                retxq.popleft()
+                continue
+            if not self._may_retransmit(p):  # a subclass keeps it (bounded loss)
                 retxq.popleft()
                 continue
             if self.bytes_in_flight and self.bytes_in_flight + HEADER_LEN + p.length > cwnd:

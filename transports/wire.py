@@ -21,6 +21,11 @@ Every datagram (UDP payload) starts with a 48-byte header, network byte order:
 ACK/NACK payloads carry SACK blocks: ``length // 8`` pairs of u32 (start, end)
 PSN ranges received beyond the cumulative ack (end exclusive). The same layout
 is declared as a scapy layer in transports/scapy_layer.py, so captures decode.
+
+DBLP (transports/dblp.py) adds two ACK flavours: FLAG_STOP (``msg`` names the message,
+``msg_len`` its length, ``offset`` 1 if the receiver's deadline fired, the payload a
+bitmap of the chunks placed, bit i = byte i // 8, bit i % 8) and FLAG_STOP_OK (the
+sender's answer: ``psn``..``offset`` is the PSN range of ``msg`` it will never send again).
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ FLAG_RETX = 0x0002  # a retransmission
 FLAG_SACK = 0x0004  # ACK/NACK payload holds SACK blocks
 FLAG_ACK_REQ = 0x0008  # receiver should ack at once (end of a burst, a probe)
 FLAG_CLOSE = 0x0010  # the sender ends the connection
+FLAG_STOP = 0x0020  # ACK, receiver -> sender: stop sending ``msg`` (DBLP); payload: bitmap
+FLAG_STOP_OK = 0x0040  # ACK, sender -> receiver: ``msg`` abandoned; PSNs [psn, offset) never resent
 
 MAX_PAYLOAD = 9000 - 40 - 8 - HEADER_LEN - 64  # jumbo MTU minus IPv6, UDP, header, SRH room
 
