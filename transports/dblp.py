@@ -104,13 +104,18 @@ def _bit(bitmap: bytes | memoryview, i: int) -> bool:
 class _Tx:
     """Sender state of one message."""
 
-    __slots__ = ("om", "needed", "pkts", "parked")
+    __slots__ = ("om", "needed", "pkts", "parked", "park_check", "park_acked", "force")
 
     def __init__(self, om: OutMsg, needed: int) -> None:
         self.om = om
         self.needed = needed
         self.pkts: list[_Pkt] = []  # in PSN order, from the first transmission
         self.parked: list[int] = []  # PSNs of lost chunks not resent (not needed)
+        # Liveness: if no chunk is acked for one RTO while chunks are parked, the ones
+        # counted "in flight" are presumed lost too and the parked ones go out again.
+        self.park_check = INF
+        self.park_acked = 0
+        self.force = False  # resend lost chunks regardless, until an ack shows progress
 
 
 class _Rx:
@@ -154,6 +159,7 @@ class DblpCore(MrcCore):
         self.rx_last: set[int] = set()  # messages whose FLAG_LAST chunk was placed
         self.closed: dict[int, _Closed] = {}
         self._need_cache: dict[int, list[int]] = {}
+        self._pump_now = 0.0
 
     # ---- the Core interface ---------------------------------------------------------------
 
@@ -230,12 +236,33 @@ class DblpCore(MrcCore):
         for cl in list(self.closed.values()):
             if cl.resend_at <= now:
                 self._send_stop(cl, now, out, timer=True)
+        stalled = False
+        for st in self.tx.values():
+            if st.park_check > now:
+                continue
+            if st.parked and st.om.acked == st.park_acked:  # no progress for an RTO
+                self.stats["retx_unparked_stall"] += len(st.parked)
+                while st.parked:
+                    psn = st.parked.pop()
+                    p = self.inflight.get(psn)
+                    if p is not None and p.lost:
+                        self.retxq.appendleft(psn)
+                st.park_check = INF
+                st.force = True
+                stalled = True
+            elif st.parked:
+                st.park_check, st.park_acked = now + self._rto_any(), st.om.acked
+            else:
+                st.park_check = INF
+        if stalled:
+            self._pump(now, out)
         return out
 
     def next_deadline(self) -> float | None:
         d = super().next_deadline()
         e = min((min(r.deadline_at, r.linger_at) for r in self.rx.values()), default=INF)
         e = min(e, min((c.resend_at for c in self.closed.values()), default=INF))
+        e = min(e, min((st.park_check for st in self.tx.values()), default=INF))
         if d is None:
             return None if e == INF else e
         return min(d, e)
@@ -404,6 +431,9 @@ class DblpCore(MrcCore):
     def _acked(self, p: _Pkt, now: float, touched: set[int]) -> int:
         size = super()._acked(p, now, touched)
         om = p.om
+        st = self.tx.get(om.msg)
+        if st is not None and st.force and om.acked > st.park_acked:
+            st.force = False  # progress again: back to "only what the bound needs"
         if om.done and om.acked == om.npkts:  # every chunk acked: MRC's completion
             self.tx.pop(om.msg, None)
         return size
@@ -427,17 +457,21 @@ class DblpCore(MrcCore):
 
     def _may_retransmit(self, p: _Pkt) -> bool:
         st = self.tx.get(p.om.msg)
-        if st is None or st.needed >= st.om.npkts:
-            return True  # reliable
+        if st is None or st.needed >= st.om.npkts or st.force:
+            return True  # reliable, or unstuck after a stall
         c = self._need(st)
         if c[0] + c[1] < st.needed:
             c[1] += 1
             return True
         st.parked.append(p.psn)
         self.stats["retx_parked"] += 1
+        if st.park_check == INF:
+            st.park_check = self._pump_now + self._rto_any()
+            st.park_acked = st.om.acked
         return False
 
     def _pump(self, now: float, out: list[Tx]) -> None:
+        self._pump_now = now
         self._need_cache.clear()
         for st in self.tx.values():  # bring parked chunks back if the bound needs them
             if st.parked:
