@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from transports import wire
 from transports.api import Completion
 
 # place() results
@@ -244,3 +245,45 @@ class Reassembly:
             if m.posted:
                 self.out.append(Completion(msg, "recv", False, m.nbytes, now, error))
                 del self.msgs[msg]
+
+
+class MessageCore:
+    """What MRC and RC share: posting messages and admitting datagrams.
+
+    Subclasses provide ``conn``, ``cfg.mtu_payload``, ``failed`` (None or the
+    error), ``out_msgs``, ``sendq``, ``reasm``, ``stats``, ``_done`` and
+    ``_pump(now, out)``.
+    """
+
+    def post_send(self, msg: int, data: bytes | memoryview, now: float) -> list:
+        """Queue message ``msg``; returns the datagrams that may leave at once."""
+        if self.failed or msg in self.out_msgs:
+            err = self.failed or f"message {msg} is already being sent"
+            self._done.append(Completion(msg, "send", False, 0, now, err))
+            return []
+        om = OutMsg(msg, data, self.cfg.mtu_payload, now)
+        self.out_msgs[msg] = om
+        self.sendq.append(om)
+        out: list = []
+        self._pump(now, out)
+        return out
+
+    def post_recv(self, msg: int, buf: bytearray | memoryview, now: float) -> list:
+        """Give ``buf`` to message ``msg``: its bytes are placed there by offset."""
+        if self.failed:
+            self._done.append(Completion(msg, "recv", False, 0, now, self.failed))
+            return []
+        self.reasm.post(msg, buf, now)
+        return []
+
+    def _admit(self, data: bytes | memoryview) -> wire.Header | None:
+        """The header of a datagram of this connection; None (counted) otherwise."""
+        try:
+            h = wire.parse(data)
+        except wire.Malformed as e:
+            self.stats["malformed_" + e.reason] += 1
+            return None
+        if h.conn != self.conn:
+            self.stats["wrong_conn"] += 1
+            return None
+        return h

@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from transports import wire
 from transports.api import Completion, Tx
 from transports.cc import Nscc, NsccConfig, RttEstimator
-from transports.message import DROPPED, IntervalSet, OutMsg, Reassembly
+from transports.message import DROPPED, IntervalSet, MessageCore, OutMsg, Reassembly
 from transports.pathsel import DELAY, GOOD, NACK, TIMEOUT, make_selector
 from transports.wire import (
     ACK,
@@ -83,7 +83,6 @@ from transports.wire import (
     HEADER_LEN,
     PROBE,
     PROBE_ACK,
-    Malformed,
     pack_header,
 )
 
@@ -145,7 +144,7 @@ class _Pkt:
         self.retx = False  # sent more than once: which copy an ACK is for is unknown
 
 
-class MrcCore:
+class MrcCore(MessageCore):
     """One end of an MRC connection over ``evs`` paths."""
 
     def __init__(self, conn: int, evs: int, config: MrcConfig | None = None,
@@ -210,36 +209,9 @@ class MrcCore:
 
     # ---- the Core interface -------------------------------------------------------------
 
-    def post_send(self, msg: int, data: bytes | memoryview, now: float) -> list[Tx]:
-        if self.failed:
-            self._done.append(Completion(msg, "send", False, 0, now, self.failed))
-            return []
-        if msg in self.out_msgs:
-            self._done.append(Completion(msg, "send", False, 0, now,
-                                         f"message {msg} is already being sent"))
-            return []
-        om = OutMsg(msg, data, self.cfg.mtu_payload, now)
-        self.out_msgs[msg] = om
-        self.sendq.append(om)
-        out: list[Tx] = []
-        self._pump(now, out)
-        return out
-
-    def post_recv(self, msg: int, buf: bytearray | memoryview, now: float) -> list[Tx]:
-        if self.failed:
-            self._done.append(Completion(msg, "recv", False, 0, now, self.failed))
-            return []
-        self.reasm.post(msg, buf, now)
-        return []
-
     def on_packet(self, data: bytes | memoryview, now: float) -> list[Tx]:
-        try:
-            h = wire.parse(data)
-        except Malformed as e:
-            self.stats["malformed_" + e.reason] += 1
-            return []
-        if h.conn != self.conn:
-            self.stats["wrong_conn"] += 1
+        h = self._admit(data)
+        if h is None:
             return []
         if h.ev >= self.evs:
             self.stats["bad_ev"] += 1

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from transports import wire
 from transports.api import Completion, Tx
 from transports.cc import RttEstimator
-from transports.message import DROPPED, OutMsg, Reassembly
+from transports.message import DROPPED, MessageCore, OutMsg, Reassembly
 from transports.wire import (
     ACK,
     DATA,
@@ -32,7 +32,6 @@ from transports.wire import (
     HEADER_LEN,
     NACK,
     PROBE,
-    Malformed,
     pack_header,
 )
 
@@ -64,7 +63,7 @@ class RcConfig:
             raise ValueError("need 0 < rto_min <= rto_max")
 
 
-class RcCore:
+class RcCore(MessageCore):
     """One end of an RC connection (EV 0 only)."""
 
     def __init__(self, conn: int, config: RcConfig | None = None, rng_seed: int = 0) -> None:
@@ -100,33 +99,9 @@ class RcCore:
 
     # ---- the Core interface -------------------------------------------------------------
 
-    def post_send(self, msg: int, data: bytes | memoryview, now: float) -> list[Tx]:
-        if self.failed or msg in self.out_msgs:
-            err = self.failed or f"message {msg} is already being sent"
-            self._done.append(Completion(msg, "send", False, 0, now, err))
-            return []
-        om = OutMsg(msg, data, self.cfg.mtu_payload, now)
-        self.out_msgs[msg] = om
-        self.sendq.append(om)
-        out: list[Tx] = []
-        self._pump(now, out)
-        return out
-
-    def post_recv(self, msg: int, buf: bytearray | memoryview, now: float) -> list[Tx]:
-        if self.failed:
-            self._done.append(Completion(msg, "recv", False, 0, now, self.failed))
-            return []
-        self.reasm.post(msg, buf, now)
-        return []
-
     def on_packet(self, data: bytes | memoryview, now: float) -> list[Tx]:
-        try:
-            h = wire.parse(data)
-        except Malformed as e:
-            self.stats["malformed_" + e.reason] += 1
-            return []
-        if h.conn != self.conn:
-            self.stats["wrong_conn"] += 1
+        h = self._admit(data)
+        if h is None:
             return []
         out: list[Tx] = []
         if h.kind == DATA:
