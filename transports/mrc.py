@@ -502,16 +502,18 @@ class MrcCore(MessageCore):
             self.stats["nack_unknown"] += 1
             return
         self.stats["rx_trim_nack"] += 1
-        p.lost = True
-        self.bytes_in_flight -= HEADER_LEN + p.length
-        self.retxq.append(p.psn)
+        self._requeue(p)
         self.sel.feedback(p.ev, NACK)
         self._pump(now, out)
 
-    def _lose(self, p: _Pkt, now: float, kind: int, reason: str) -> None:
+    def _requeue(self, p: _Pkt) -> None:
+        """Take ``p`` out of flight and queue it for retransmission."""
         p.lost = True
         self.bytes_in_flight -= HEADER_LEN + p.length
         self.retxq.append(p.psn)
+
+    def _lose(self, p: _Pkt, now: float, kind: int, reason: str) -> None:
+        self._requeue(p)
         self.stats[reason] += 1
         self.sel.feedback(p.ev, kind)
         ev = p.ev
