@@ -461,39 +461,35 @@ class MrcCore(MessageCore):
 
     def _detect_losses(self, now: float, touched: set[int]) -> None:
         cfg = self.cfg
-        inflight = self.inflight
         for ev in touched:  # A: a later packet on the same (FIFO) path got through
             q = self.ev_q[ev]
             hi = self.hi_acked_seq[ev]
             lim = self.hi_acked_sent[ev] - max(cfg.reorder_min,
                                                cfg.reorder_frac * self.rtt[ev].srtt)
-            while q:
-                seq, psn = q[0]
-                p = inflight.get(psn)
-                if p is None or p.seq != seq or p.lost:
-                    q.popleft()
-                    continue
-                if seq < hi and p.sent <= lim:
-                    q.popleft()
-                    self._lose(p, now, NACK, "loss_same_ev")
-                    continue
-                break
+            while (p := self._live_head(q)) is not None and p.seq < hi and p.sent <= lim:
+                q.popleft()
+                self._lose(p, now, NACK, "loss_same_ev")
         q = self.order  # B: dupthresh later transmissions acked and older than its path RTT
+        while (p := self._live_head(q)) is not None:
+            est = self.rtt[p.ev] if self.rtt[p.ev].srtt else self.srtt
+            srtt = est.srtt
+            if not (self.hi_seq - p.seq >= cfg.dupthresh and srtt
+                    and now - p.sent > max(srtt * (1 + cfg.reorder_frac) + cfg.reorder_min,
+                                           srtt + 4 * est.rttvar)):
+                break
+            q.popleft()
+            self._lose(p, now, NACK, "loss_cross_ev")
+
+    def _live_head(self, q: deque) -> _Pkt | None:
+        """The oldest packet of a (seq, psn) queue still in flight; stale entries are dropped."""
+        inflight = self.inflight
         while q:
             seq, psn = q[0]
             p = inflight.get(psn)
-            if p is None or p.seq != seq or p.lost:
-                q.popleft()
-                continue
-            est = self.rtt[p.ev] if self.rtt[p.ev].srtt else self.srtt
-            srtt = est.srtt
-            if (self.hi_seq - seq >= cfg.dupthresh and srtt
-                    and now - p.sent > max(srtt * (1 + cfg.reorder_frac) + cfg.reorder_min,
-                                           srtt + 4 * est.rttvar)):
-                q.popleft()
-                self._lose(p, now, NACK, "loss_cross_ev")
-                continue
-            break
+            if p is not None and p.seq == seq and not p.lost:
+                return p
+            q.popleft()
+        return None
 
     def _on_nack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         """A trimmed packet: retransmit it without blaming its path."""
