@@ -82,28 +82,23 @@ class Conn:
     sent_per_ev: list[int] = field(default_factory=list)
 
 
-class Driver:
-    """Event loop: receive socket, per-EV send sockets, core timers."""
+class HostSockets:
+    """A host's UDP sockets: one receive socket on the transport port (all its
+    addresses) and one send socket per distinct path (SRH) or per (source, port)."""
 
-    def __init__(self, plan: dict) -> None:
-        self.plan = plan
-        self.addr = plan["addr"]
-        self.transport = plan["transport"]
+    def __init__(self) -> None:
         self.rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
         self.rx.bind(("::", UDP_PORT))  # the loopback and the per-plane addresses
         self.rx.setblocking(False)
         self.path_socks: dict[tuple[str, ...], socket.socket] = {}
-        self.conns: dict[int, Conn] = {}
-        self.malformed_conn = 0
-        for c in plan["conns"]:
-            paths = c.get("paths") or [[]]
-            src = c.get("src_addr", self.addr)
-            socks = [self._sock_for(tuple(p), c.get("sport", 0), src) for p in paths]
-            core = make_core(self.transport, c["conn"], len(paths), plan.get("config", {}),
-                             plan.get("seed", 0) * 1000 + c["conn"])
-            self.conns[c["conn"]] = Conn(core, (c["peer_addr"], UDP_PORT), socks,
-                                         [0] * len(paths))
+
+    def conn(self, c: dict, core: Core) -> Conn:
+        """The ``Conn`` of plan entry ``c`` (see transports.harness.conn_spec)."""
+        paths = c.get("paths") or [[]]
+        src = c.get("src_addr", "::")
+        socks = [self._sock_for(tuple(p), c.get("sport", 0), src) for p in paths]
+        return Conn(core, (c["peer_addr"], UDP_PORT), socks, [0] * len(paths))
 
     def _sock_for(self, transit: tuple[str, ...], sport: int, src: str) -> socket.socket:
         key = transit + ((f"sport{sport}", src) if not transit else ())
@@ -117,7 +112,9 @@ class Driver:
             self.path_socks[key] = s
         return s
 
-    def _send(self, conn: Conn, txs: list) -> None:
+    @staticmethod
+    def send(conn: Conn, txs: list) -> None:
+        """Send a core's datagrams on their EVs' sockets (control ones in the EF class)."""
         for ev, data in txs:
             try:
                 if data[1] == DATA:
@@ -127,6 +124,28 @@ class Driver:
                     conn.ev_socks[ev].sendmsg([data], _CTRL_CMSG, 0, conn.peer)
             except (BlockingIOError, OSError):
                 pass  # a full NIC queue or a dead first hop: the packet is lost, as on a wire
+
+    def close(self) -> None:
+        for s in (self.rx, *self.path_socks.values()):
+            s.close()
+
+
+class Driver:
+    """Event loop: receive socket, per-EV send sockets, core timers."""
+
+    def __init__(self, plan: dict) -> None:
+        self.plan = plan
+        self.addr = plan["addr"]
+        self.transport = plan["transport"]
+        self.socks = HostSockets()
+        self.rx = self.socks.rx
+        self.conns: dict[int, Conn] = {}
+        self.malformed_conn = 0
+        for c in plan["conns"]:
+            core = make_core(self.transport, c["conn"], len(c.get("paths") or [[]]),
+                             plan.get("config", {}), plan.get("seed", 0) * 1000 + c["conn"])
+            self.conns[c["conn"]] = self.socks.conn({"src_addr": self.addr, **c}, core)
+        self._send = self.socks.send
 
     def run(self) -> dict:
         """Post every receive and send of the plan, loop until all complete or the deadline."""

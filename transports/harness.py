@@ -33,6 +33,23 @@ DEFAULT_CONFIG = {"mrc": {"rto_max": 2.0}, "rc": {"aimd": True, "rto_max": 2.0},
                   "dblp": {"rto_max": 2.0}}
 
 
+def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) -> dict:
+    """Host ``a``'s end of connection ``conn`` to ``b``, as a driver/endpoint plan entry.
+
+    MRC/DBLP: every SRv6 path of the pair (transit segments) as its EVs. RC: the
+    QP of plane ``lane`` between the hosts' plane addresses, with one fixed source
+    port (ECMP picks its spine). TCP: the loopbacks.
+    """
+    c: dict = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
+    if transport in ("mrc", "dblp"):
+        c["paths"] = [[str(s) for s in p.segments[:-1]] for p in spec.paths(a, b)]
+    elif transport == "rc":
+        c["src_addr"] = str(spec.plane_address(a, lane))
+        c["peer_addr"] = str(spec.plane_address(b, lane))
+        c["sport"] = 49152 + conn  # one fixed 5-tuple: ECMP picks the spine
+    return c
+
+
 @dataclass(frozen=True)
 class Transfer:
     """``size`` bytes from ``src`` to ``dst`` as one message.
@@ -106,15 +123,7 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
             if key not in pairs:
                 conn = pairs[key] = len(pairs) + 1
                 for a, b in ((t.src, t.dst), (t.dst, t.src)):
-                    c = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
-                    if transport in ("mrc", "dblp"):
-                        c["paths"] = [[str(s) for s in p.segments[:-1]]
-                                      for p in spec.paths(a, b)]
-                    elif transport == "rc":
-                        c["src_addr"] = str(spec.plane_address(a, lane))
-                        c["peer_addr"] = str(spec.plane_address(b, lane))
-                        c["sport"] = 49152 + conn  # one fixed 5-tuple: ECMP picks the spine
-                    plan_of(a)["conns"].append(c)
+                    plan_of(a)["conns"].append(conn_spec(spec, transport, a, b, conn, lane))
             size = t.size // lanes + (1 if lane < t.size % lanes else 0)
             mid = len(parts) * lanes + lane + 1
             msg = {"conn": pairs[key], "msg": mid, "size": size,

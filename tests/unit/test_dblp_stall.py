@@ -1,0 +1,91 @@
+"""DBLP park-stall liveness on the fake network.
+
+A bounded sender parks a lost chunk when the chunks acked, in flight and not yet
+sent still reach the bound (``DblpCore._may_retransmit`` / ``_need``). If the
+chunks counted "in flight" are then lost too on paths whose RTO is long (RTT
+samples taken under a full FIFO push a path's RTO towards ``rto_max``), nothing
+brings the parked chunks back until those RTOs fire: the round stalls. The
+liveness check (``park_check`` in ``DblpCore.on_timer``) resends the parked
+chunks after one connection-wide RTO without ack progress.
+"""
+
+import random
+
+import pytest
+
+from transports.dblp import DblpCore, LossBound
+from transports.fakenet import FakeNet, PathSpec
+from transports.mrc import INF, MrcConfig
+
+CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=2.0, probe_min=200e-6, probe_max=5e-3)
+EVS = 8
+SLOW_RTO = 1.5  # the in-flight chunks' paths: an RTO grown to 1.5 s
+OUTAGE = 200e-6  # how long EVs 4-7 drop everything once chunks are parked
+BOUND = LossBound(0.25)  # 40 chunks: 30 needed
+
+
+class NoLiveness(DblpCore):
+    """DblpCore without the park-stall check (what the fix added, switched off)."""
+
+    def _may_retransmit(self, p):
+        ok = super()._may_retransmit(p)
+        st = self.tx.get(p.om.msg)
+        if st is not None:
+            st.park_check = INF
+        return ok
+
+
+def stalled_round(cls, seed=1):
+    a, b = cls(7, EVS, CFG, seed), cls(7, EVS, CFG, seed + 100)
+    net = FakeNet(seed)
+    net.connect("a", a, "b", b, [PathSpec(delay=10e-6)] * EVS)
+    # EVs 0-3 are dead from the start: their chunks (half the round) are lost and,
+    # detected by the chunks acked on 4-7, mostly parked (the unsent ones count).
+    for ev in range(4):
+        net.kill("a", "b", ev, 0.0)
+    # Once chunks are parked, EVs 4-7 drop everything for OUTAGE (a burst), with a
+    # long RTO: the chunks counted in flight there are lost and their loss is not
+    # seen for SLOW_RTO.
+    trap = {}
+
+    def slow_rto(ev, _orig=a._rto):
+        return SLOW_RTO if ev >= 4 and "t" in trap else _orig(ev)
+
+    a._rto = slow_rto
+
+    def arm():
+        if a.stats["retx_parked"] and "t" not in trap:
+            trap["t"] = net.now
+            for ev in range(4, EVS):
+                net.kill("a", "b", ev, net.now, net.now + OUTAGE)
+        elif "t" not in trap:
+            net.at(net.now + 20e-6, arm)
+
+    data = random.Random(seed).randbytes(40 * CFG.mtu_payload)
+    buf = bytearray(len(data))
+    net.send("b", b.post_recv(1, buf, 0.0, BOUND))
+    net.send("a", a.post_send(1, data, 0.0, BOUND))
+    net.at(20e-6, arm)
+    net.run(3.0, stop=lambda: net.done["a"] and net.done["b"])
+    return net, a, trap
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_parked_chunks_come_back_when_in_flight_ones_are_lost(seed):
+    net, a, trap = stalled_round(DblpCore, seed)
+    assert "t" in trap, "the scenario did not park a chunk"
+    (cs,), (cr,) = net.done["a"], net.done["b"]
+    assert cs.ok and cr.ok and not cr.deadline
+    assert cr.delivered >= 1 - BOUND.tolerance
+    assert a.stats["retx_unparked_stall"] > 0  # the liveness check fired
+    # closed within a few connection RTOs of the burst, far below the slow paths' RTO
+    assert cr.t - trap["t"] < 0.05 < SLOW_RTO
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_without_liveness_the_round_waits_for_the_slow_rto(seed):
+    net, a, trap = stalled_round(NoLiveness, seed)
+    assert "t" in trap
+    assert a.stats["retx_unparked_stall"] == 0
+    # nothing resent the parked chunks before the in-flight chunks' RTO fired
+    assert not net.done["b"] or net.done["b"][0].t >= trap["t"] + SLOW_RTO * 0.9
