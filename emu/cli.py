@@ -126,13 +126,47 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from emu.demo import run_demo
+def _out_dir(args: argparse.Namespace, stem: str) -> Path:
+    out = Path(args.out) if args.out else Path("results") / time.strftime(f"{stem}-%Y%m%d-%H%M%S")
+    if (out / "results.jsonl").exists():
+        raise EmuError(f"--out {str(out)!r} already holds results.jsonl: choose a new directory")
+    return out
 
-    out = Path(args.out) if args.out else Path("results") / time.strftime("demo-%Y%m%d-%H%M%S")
-    res = run_demo(out, seconds=args.seconds, say=_progress)
-    ok = all(c["ok"] for c in res["path_checks"])
-    return 0 if ok else 1
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if args.paths:
+        from emu.demo import run_demo
+
+        out = Path(args.out) if args.out else Path("results") / time.strftime(
+            "paths-%Y%m%d-%H%M%S")
+        res = run_demo(out, seconds=args.seconds, say=_progress)
+        return 0 if all(c["ok"] for c in res["path_checks"]) else 1
+    from workloads.demo import run_training_demo
+
+    out = _out_dir(args, "demo")
+    run_training_demo(out, say=_progress, steps=args.steps)
+    print(f"results: {out}/ (results.jsonl, steps.csv, evals.csv, events.csv, "
+          "calibration.json, time_to_accuracy.png, step_timeline.png)")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from workloads import experiment
+    from workloads.runner import run_experiment
+
+    exp = experiment.load(args.file)
+    if args.set:
+        exp = experiment.with_overrides(exp, dict(experiment.parse_override(a) for a in args.set))
+    variants = None
+    if args.transports:
+        names = [t.strip() for t in args.transports.split(",") if t.strip()]
+        variants = [(n, {"transport.name": n}) for n in names]
+        for _, ov in variants:  # validate every variant before anything is built
+            experiment.with_overrides(exp, ov)
+    out = _out_dir(args, exp.name)
+    _progress(f"emu run {args.file}: results in {out}/")
+    run_experiment(exp, out, say=_progress, variants=variants)
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -202,10 +236,24 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--force", action="store_true", help="also fabrics whose owner is alive")
     c.set_defaults(func=cmd_clean)
 
-    m = sub.add_parser("demo", help="build the default fabric, verify and measure its paths")
+    m = sub.add_parser("demo", help="the main job: train the digits CNN over MRC, RC and gloo "
+                       "through a link cut and microbursts; compare")
     m.add_argument("--out", help="results directory (default results/demo-TIMESTAMP)")
-    m.add_argument("--seconds", type=float, default=1.0, help="measurement window per test")
+    m.add_argument("--steps", type=int, default=None, help="training steps per transport")
+    m.add_argument("--paths", action="store_true",
+                   help="instead: prove the default fabric's paths and measure their goodput")
+    m.add_argument("--seconds", type=float, default=1.0, help="--paths: window per test")
     m.set_defaults(func=cmd_demo)
+
+    r = sub.add_parser("run", help="run an experiment file (TOML): train on a fabric with a "
+                       "failure timeline; JSONL/CSV/PNG results")
+    r.add_argument("file", help="experiment file, e.g. experiments/training/demo_digits.toml")
+    r.add_argument("--out", help="results directory (default results/NAME-TIMESTAMP)")
+    r.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a key, e.g. --set workload.steps=50 (repeatable)")
+    r.add_argument("--transports", metavar="A,B,...",
+                   help="run once per transport (mrc, rc, dblp, gloo) on one fabric, compared")
+    r.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="benchmarks")
     bsub = b.add_subparsers(dest="bench", required=True)

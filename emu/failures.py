@@ -5,6 +5,7 @@ topology before anything runs, with ``apply(fab)`` and ``restore(fab)``:
 
 * ``LinkDown``: both veth ends down, as a cut cable (local switches see it at
   once; remote switches only through the control plane).
+* ``BusiestUplinkDown``: the uplink of a leaf that carries the most traffic, cut.
 * ``SwitchDown`` / ``PlaneDown``: every link of a switch / of a plane.
 * ``LinkFlap``: a link going down and up with a period and duty cycle.
 * ``GrayLink``: random loss of a fraction of packets, both directions, by
@@ -95,6 +96,73 @@ class LinkDown:
 
     def describe(self) -> dict:
         return {"kind": "link_down", "link": self.link}
+
+
+@dataclass(frozen=True)
+class BusiestUplinkDown:
+    """Cut the uplink of ``leaf`` that carries the most traffic when the failure fires.
+
+    Which spine an ECMP flow hashes to is the kernel's (randomly seeded) choice, so
+    a fixed link may carry none of a job's flows; this cuts the one that carries the
+    most: the port's transmitted packets are sampled ``sample_s`` apart and the
+    uplink (leaf -> spine) with the largest increase goes down. The chosen link is
+    in the apply record (``chosen``); ``restore`` brings that one back.
+    """
+
+    leaf: str
+    sample_s: float = 0.2
+
+    def validate(self, spec: MultiPlaneClos) -> None:
+        try:
+            node = spec.node(self.leaf)
+        except TopologyError as e:
+            raise EmuError(str(e)) from None
+        if node.role is not Role.LEAF:
+            raise EmuError(f"{self.leaf!r} is not a leaf (e.g. 'p0l0')")
+        if not 0 < self.sample_s <= 10:
+            raise EmuError(f"sample_s={self.sample_s!r} must be in (0, 10] seconds")
+
+    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+        return tuple(lk for lk in _links_of_switch(spec, self.leaf)
+                     if spec.node(lk.b.node if lk.a.node == self.leaf else lk.a.node).role
+                     is Role.SPINE)
+
+    def apply(self, fab: Fabric) -> ChosenLink:
+        import time
+
+        from emu.counters import interface_packets
+
+        ups = self.links(fab.spec)
+        port = {lk.name: (lk.a if lk.a.node == self.leaf else lk.b).ifname for lk in ups}
+        k = fab.kernels[self.leaf]
+        before = interface_packets(k)
+        time.sleep(self.sample_s)
+        after = interface_packets(k)
+        tx = {name: after[i][1] - before[i][1] for name, i in port.items()}
+        name = max(tx, key=lambda n: tx[n])
+        chosen = next(lk for lk in ups if lk.name == name)
+        _set_links_state(fab, (chosen,), up=False)
+        return ChosenLink(name, tx[name], sum(tx.values()))
+
+    def restore(self, fab: Fabric, handle: object = None) -> None:
+        if isinstance(handle, ChosenLink):
+            _set_links_state(fab, (fab.spec.link(handle.link),), up=True)
+
+    def describe(self) -> dict:
+        return {"kind": "busiest_uplink_down", "leaf": self.leaf}
+
+
+@dataclass(frozen=True)
+class ChosenLink:
+    """What ``BusiestUplinkDown`` cut, and the packets it and all uplinks sent in the sample."""
+
+    link: str
+    tx_packets: int
+    uplinks_tx_packets: int
+
+    def record(self) -> dict:
+        return {"chosen": self.link, "chosen_tx_packets": self.tx_packets,
+                "uplinks_tx_packets": self.uplinks_tx_packets}
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from emu.errors import EmuError
 from emu.failures import (
+    BusiestUplinkDown,
     DciDelay,
     Failure,
     GrayLink,
@@ -67,6 +68,11 @@ class Event:
 def fail_link(link: str) -> LinkDown:
     """A cut cable."""
     return LinkDown(link)
+
+
+def fail_busiest_uplink(leaf: str) -> BusiestUplinkDown:
+    """Cut the uplink of ``leaf`` carrying the most traffic when the event fires."""
+    return BusiestUplinkDown(leaf)
 
 
 def fail_switch(switch: str) -> SwitchDown:
@@ -119,7 +125,8 @@ def at(t: float, action: Failure | Restore) -> Event:
 
 
 VOCABULARY: dict[str, Callable[..., Failure]] = {
-    "fail_link": fail_link, "fail_switch": fail_switch, "fail_plane": fail_plane,
+    "fail_link": fail_link, "fail_busiest_uplink": fail_busiest_uplink,
+    "fail_switch": fail_switch, "fail_plane": fail_plane,
     "flap_link": flap_link, "gray_link": gray_link, "degrade_link": degrade_link,
     "microburst": microburst, "delay_link": delay_link,
 }
@@ -187,7 +194,8 @@ def load(path: str | Path) -> Timeline:
     raise EmuError(f"timeline file {str(p)!r}: use a .py script or a .toml file")
 
 
-_TOML_ARGS = {"fail_link": {"link"}, "fail_switch": {"switch"}, "fail_plane": {"plane"},
+_TOML_ARGS = {"fail_link": {"link"}, "fail_busiest_uplink": {"leaf"},
+              "fail_switch": {"switch"}, "fail_plane": {"plane"},
               "flap_link": {"link", "period_s", "duty"}, "gray_link": {"link", "loss"},
               "degrade_link": {"link", "rate_mbit"},
               "delay_link": {"link", "delay_ms"},
@@ -283,7 +291,9 @@ class TimelineRunner:
                     if isinstance(measured, dict):
                         rec.update(measured)
                 else:
-                    self.active[f] = f.apply(self.fab)
+                    handle = self.active[f] = f.apply(self.fab)
+                    if hasattr(handle, "record"):  # what the failure chose when it fired
+                        rec.update(handle.record())
             except Exception as e:  # noqa: BLE001 - a failed event is logged, the run goes on
                 rec["error"] = repr(e)
             self.record(rec)

@@ -10,8 +10,11 @@ Receiver. A bounded message completes (ok=True) as soon as
 ``needed = ceil((1 - tolerance) * chunks)`` chunks are placed, or when its
 deadline fires, **measured from ``post_recv``** (the moment the receiver's round
 starts: a round never waits longer than the deadline, even for a peer that never
-sends), whichever comes first. The Completion says ``delivered`` (the exact
-fraction of chunks placed), ``missing`` (chunk indices never placed) and
+sends), whichever comes first; with enough chunks but the sender's last chunk
+(FLAG_LAST) not placed, it lingers until the first pass should be over at the
+arrival rate seen so far (first chunk's arrival + elapsed * chunks / placed), at
+most an RTO (``linger_s`` fixes the linger instead). The Completion says
+``delivered`` (the exact fraction of chunks placed), ``missing`` (chunk indices never placed) and
 ``deadline``. Then the receiver tells the sender to stop: an ACK with
 ``FLAG_STOP`` naming the message and carrying the bitmap of the chunks it
 placed; it resends the STOP when DATA of that message still arrives and on a
@@ -25,8 +28,21 @@ them as delivered).
 Sender. Every chunk is sprayed once, as MRC. A lost chunk is retransmitted only
 while ``acked + in flight + not yet sent < needed`` (for the sender's bound): a
 loss spike does not turn into a retransmission storm; the other lost chunks are
-parked and come back only if packets thought in flight are lost too. On STOP the
-send completes (ok=True) with ``delivered`` and ``missing`` from the receiver's
+parked and come back only if packets thought in flight are lost too (when the
+bound needs them: ``_pump``; or after an RTO without progress: the park check).
+
+Tail timer (bounded messages only). MRC learns that a silent path (a burst takes
+everything it carries) lost a chunk only by its RTO, which grew with that path's
+queue; a round's last chunks have nothing after them either. DBLP therefore
+declares lost, when no bounded chunk was acked for a PTO (2 RTTs of the latest
+chunk acked, or the connection's srtt, + a reordering window; doubling while
+nothing is acked) after the oldest one out was sent, every bounded chunk out
+longer than a PTO (``loss_dblp_tail``). That only takes them out of flight (the
+window is not cut); the bound rule above resends as many as it needs, on GOOD
+paths, so the round closes about one RTT after the last needed resend instead
+of an RTO later. Messages at tolerance 0 never use it (MRC byte for byte).
+
+Stop. On STOP the send completes (ok=True) with ``delivered`` and ``missing`` from the receiver's
 bitmap (exact: what error feedback needs), everything of the message still out
 is forgotten, and STOP_OK goes back. When every chunk is acked it completes as
 MRC does. Both ends must use the same bound for a message (the tolerance policy
@@ -37,7 +53,8 @@ Congestion window. DBLP calls the NSCC window exactly where MRC does (ACK delay
 samples, and ``on_timeout`` on an RTO) and nowhere else: parked chunks arm no
 RTO and abandoned chunks are not losses, so a burst cuts the window at most as
 MRC's for the same losses, usually less (fewer RTOs since fewer chunks are
-resent into the burst). Abandoned bytes leave ``bytes_in_flight`` at once.
+resent into the burst); tail-timer losses do not touch it. Abandoned bytes leave
+``bytes_in_flight`` at once.
 
 Checks. Every DATA chunk must carry a CRC32 (``wire.crc32``); a bad one is counted
 (``crc_bad``) and dropped before placement, so the buffer keeps its old bytes there
@@ -54,6 +71,7 @@ on both ends (round numbers are a good choice).
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from transports import wire
@@ -61,6 +79,7 @@ from transports.api import Completion, Tx
 from transports.fill import DEFAULT_FILL, check_fill
 from transports.message import OutMsg, npackets
 from transports.mrc import INF, MrcConfig, MrcCore, _ns, _Pkt
+from transports.pathsel import NACK
 from transports.wire import ACK, FLAG_LAST, FLAG_STOP, FLAG_STOP_OK, HEADER_LEN, pack_header
 
 MAX_CHUNKS = 8 * wire.MAX_PAYLOAD  # the STOP bitmap is one datagram
@@ -121,11 +140,12 @@ class _Tx:
 class _Rx:
     """Receiver state of one bounded, posted message."""
 
-    __slots__ = ("needed", "nchunks", "deadline_at", "linger_at")
+    __slots__ = ("needed", "nchunks", "deadline_at", "linger_at", "first_at")
 
     def __init__(self, needed: int, nchunks: int, deadline_at: float) -> None:
         self.needed, self.nchunks, self.deadline_at = needed, nchunks, deadline_at
         self.linger_at = INF  # enough chunks, but the last one of the first pass not seen
+        self.first_at = INF  # when its first chunk was placed
 
 
 class _Closed:
@@ -160,6 +180,12 @@ class DblpCore(MrcCore):
         self.closed: dict[int, _Closed] = {}
         self._need_cache: dict[int, list[int]] = {}
         self._pump_now = 0.0
+        # bounded chunks' loss detection (RACK-like across EVs, and a tail timer)
+        self.bq: deque[tuple[int, int]] = deque()  # (seq, psn) of bounded chunks sent
+        self.rack_seq = 0  # the latest-sent bounded chunk acked (first transmission) ...
+        self.rack_rtt = 0.0  # ... and its RTT: what a healthy path takes right now
+        self.tail_progress = -INF  # the last time a bounded chunk was acked
+        self.tail_backoff = 0  # tail timer doublings without progress
 
     # ---- the Core interface ---------------------------------------------------------------
 
@@ -222,7 +248,15 @@ class DblpCore(MrcCore):
         if msg in self.rx_last or now >= r.linger_at:
             self._close(msg, now, False, out)
         elif r.linger_at == INF:
-            r.linger_at = now + (self._rto_any() if self.linger_s is None else self.linger_s)
+            if self.linger_s is not None:
+                r.linger_at = now + self.linger_s
+            else:  # until the first pass should be over at the arrival rate seen, <= an RTO
+                n = len(self.rx_chunks[msg])
+                end = r.first_at + (now - r.first_at) * r.nchunks / n if r.first_at < now \
+                    else INF  # (chunks placed before post_recv: no rate to go by)
+                r.linger_at = min(now + self._rto_any(), end)
+                if r.linger_at <= now:
+                    self._close(msg, now, False, out)
 
     def on_timer(self, now: float) -> list[Tx]:
         out = super().on_timer(now)
@@ -236,6 +270,8 @@ class DblpCore(MrcCore):
         for cl in list(self.closed.values()):
             if cl.resend_at <= now:
                 self._send_stop(cl, now, out, timer=True)
+        if self._tail_deadline() <= now:
+            self._tail_fire(now)
         stalled = False
         for st in self.tx.values():
             if st.park_check > now:
@@ -254,7 +290,7 @@ class DblpCore(MrcCore):
                 st.park_check, st.park_acked = now + self._rto_any(), st.om.acked
             else:
                 st.park_check = INF
-        if stalled:
+        if stalled or self.retxq:
             self._pump(now, out)
         return out
 
@@ -263,6 +299,7 @@ class DblpCore(MrcCore):
         e = min((min(r.deadline_at, r.linger_at) for r in self.rx.values()), default=INF)
         e = min(e, min((c.resend_at for c in self.closed.values()), default=INF))
         e = min(e, min((st.park_check for st in self.tx.values()), default=INF))
+        e = min(e, self._tail_deadline())
         if d is None:
             return None if e == INF else e
         return min(d, e)
@@ -302,7 +339,10 @@ class DblpCore(MrcCore):
         chunks.add(h.offset // mtu)
         if h.flags & FLAG_LAST:
             self.rx_last.add(msg)
-        if msg in self.rx:
+        r = self.rx.get(msg)
+        if r is not None:
+            if r.first_at == INF:
+                r.first_at = now
             self._check(msg, now, out)
 
     def _close(self, msg: int, now: float, deadline: bool, out: list[Tx]) -> None:
@@ -432,6 +472,10 @@ class DblpCore(MrcCore):
         size = super()._acked(p, now, touched)
         om = p.om
         st = self.tx.get(om.msg)
+        if st is not None and st.needed < om.npkts:
+            self.tail_progress, self.tail_backoff = now, 0
+            if not p.retx and p.seq > self.rack_seq:
+                self.rack_seq, self.rack_rtt = p.seq, now - p.sent
         if st is not None and st.force and om.acked > st.park_acked:
             st.force = False  # progress again: back to "only what the bound needs"
         if om.done and om.acked == om.npkts:  # every chunk acked: MRC's completion
@@ -439,11 +483,50 @@ class DblpCore(MrcCore):
         return size
 
     def _transmit(self, p: _Pkt, ev: int, now: float, out: list[Tx], flags: int) -> bytearray:
-        if not flags:  # first transmission
-            st = self.tx.get(p.om.msg)
-            if st is not None:
-                st.pkts.append(p)
-        return super()._transmit(p, ev, now, out, flags)
+        st = self.tx.get(p.om.msg)
+        if st is not None and not flags:  # first transmission
+            st.pkts.append(p)
+        buf = super()._transmit(p, ev, now, out, flags)
+        if st is not None and st.needed < st.om.npkts:
+            self.bq.append((p.seq, p.psn))
+        return buf
+
+    # ---- sender: loss detection of bounded chunks --------------------------------------------
+    #
+    # MRC learns a loss on a path the burst silenced only by its RTO (nothing later on that
+    # path is acknowledged), and that path's RTO has grown with the queue. A bounded
+    # chunk is judged against what a *healthy* path takes now instead: the RTT of the
+    # latest-sent chunk acknowledged (``rack_rtt``, as RACK). Declaring a chunk lost only
+    # takes it out of flight (the window is not cut: no ``cc`` call); whether it is
+    # resent is ``_may_retransmit``'s decision (only what the bound needs).
+
+    def _reo(self) -> float:
+        cfg = self.cfg
+        return max(cfg.reorder_min, cfg.reorder_frac * self.rack_rtt)
+
+    def _live_bq(self) -> _Pkt | None:
+        return self._live_head(self.bq)
+
+    def _pto(self) -> float:
+        ref = max(self.rack_rtt, self.srtt.srtt) or self.cfg.rto_init
+        return min(self.cfg.rto_max, (2 * ref + self._reo()) * (1 << self.tail_backoff))
+
+    def _tail_deadline(self) -> float:
+        """B (tail): nothing acked for a PTO (2 healthy RTTs, doubling while nothing is
+        acked) after the oldest bounded chunk out was sent: the ones older than a PTO are
+        lost (the end of a round, or every path silent: no later chunk can reveal them)."""
+        p = self._live_bq()
+        if p is None:
+            return INF
+        return max(p.sent, self.tail_progress) + self._pto()
+
+    def _tail_fire(self, now: float) -> None:
+        lim = now - self._pto()
+        self.tail_backoff += 1
+        while (p := self._live_bq()) is not None and p.sent <= lim:
+            self.bq.popleft()
+            self._lose(p, now, NACK, "loss_dblp_tail")
+        self.stats["dblp_tail_fired"] += 1
 
     def _need(self, st: _Tx) -> list[int]:
         """[acked, in flight + not yet sent] of a message (cached for one pump)."""

@@ -130,6 +130,37 @@ class HostSockets:
             s.close()
 
 
+class AfterGate:
+    """Items that wait for earlier messages to complete (a plan's ``after``: one message
+    id or a list of them). ``add`` holds an item until every id it names is ``done``;
+    ids already done count as done."""
+
+    def __init__(self) -> None:
+        self._waits: dict[int, list[list]] = {}  # msg id -> [item, ids still awaited]
+        self._done: set[int] = set()
+
+    def add(self, after: int | list[int] | None, item: object) -> bool:
+        """Hold ``item`` until ``after`` completed; False if there is nothing to wait for."""
+        ids = set() if after is None else {after} if isinstance(after, int) else set(after)
+        ids -= self._done
+        if not ids:
+            return False
+        entry = [item, ids]
+        for m in ids:
+            self._waits.setdefault(m, []).append(entry)
+        return True
+
+    def done(self, msg: int) -> list:
+        """Message ``msg`` completed: the items no longer waiting for anything, in order."""
+        self._done.add(msg)
+        ready = []
+        for entry in self._waits.pop(msg, ()):
+            entry[1].discard(msg)
+            if not entry[1]:
+                ready.append(entry[0])
+        return ready
+
+
 class Driver:
     """Event loop: receive socket, per-EV send sockets, core timers."""
 
@@ -155,25 +186,23 @@ class Driver:
         pending = 0
         expect: dict[tuple[int, int, str], dict] = {}
         bufs: dict[tuple[int, int], bytearray] = {}
-        # A receive with "after": m is posted once the receive of message m completed:
-        # a round's buffer (and its deadline clock) starts when the previous round ends.
-        recv_waiting: dict[int, list[dict]] = {}
+        # A receive with "after" (a message id or a list of them) is posted once the
+        # receives of all those messages completed: a round's buffer (and its deadline
+        # clock) starts when the previous round ended on every lane.
+        recv_waiting = AfterGate()
         for r in self.plan.get("recvs", []):
             bufs[(r["conn"], r["msg"])] = bytearray(r["size"])
             expect[(r["conn"], r["msg"], "recv")] = r
             pending += 1
-            if r.get("after") is None:
+            if not recv_waiting.add(r.get("after"), r):
                 self._post_recv(r, bufs, time.monotonic())
-            else:
-                recv_waiting.setdefault(r["after"], []).append(r)
-        # A send with "after": m is posted once the send of message m completed (rounds).
-        first, waiting = [], {}
+        # A send with "after" is posted once the sends of all those messages completed
+        # (synchronous rounds: every lane of round i before any lane of round i + 1).
+        first, waiting = [], AfterGate()
         for s in self.plan.get("sends", []):
             item = (s, message_bytes(s["seed"], s["size"]))
-            if s.get("after") is None:
+            if not waiting.add(s.get("after"), item):
                 first.append(item)
-            else:
-                waiting.setdefault(s["after"], []).append(item)
             expect[(s["conn"], s["msg"], "send")] = s
             pending += 1
         self.posted: dict[int, float] = {}
@@ -215,10 +244,10 @@ class Driver:
                     if comp.kind == "recv" and comp.ok:
                         placed += comp.nbytes
                     if comp.kind == "send":
-                        for s, data in waiting.pop(comp.msg, ()):
+                        for s, data in waiting.done(comp.msg):
                             self._post_send(s, data, time.monotonic(), t0)
                     else:
-                        for r in recv_waiting.pop(comp.msg, ()):
+                        for r in recv_waiting.done(comp.msg):
                             self._post_recv(r, bufs, time.monotonic())
             if now >= next_sample:
                 timeline.append((round(now - t0, 4), self._bytes_in(placed)))

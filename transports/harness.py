@@ -54,9 +54,9 @@ def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) ->
 class Transfer:
     """``size`` bytes from ``src`` to ``dst`` as one message.
 
-    ``after``: the index of an earlier transfer whose send must complete before
-    this one is posted (synchronous rounds). ``bound``: for DBLP, the round's
-    LossBound as a dict (tolerance, deadline_s, fill).
+    ``after``: the index of an earlier transfer whose send (every part of it: all
+    lanes) must complete before this one is posted (synchronous rounds). ``bound``:
+    for DBLP, the round's LossBound as a dict (tolerance, deadline_s, fill).
     """
 
     src: str
@@ -93,14 +93,15 @@ class TransferResult:
         return sum(d["cpu_s"] for d in self.drivers.values())
 
 
-def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
-                  config: dict | None = None, deadline_s: float = 60.0, seed: int = 0,
-                  on_start=None) -> TransferResult:
-    """Run ``transfers`` with ``transport``; ``on_start(t0)`` is called at the common start."""
+def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict | None = None,
+                   deadline_s: float = 60.0, seed: int = 0
+                   ) -> tuple[dict[str, dict], dict[int, list[int]]]:
+    """Every host's driver plan for ``transfers``, and each transfer's message ids (one
+    per lane: RC stripes a message over one QP per plane). A transfer with ``after``
+    waits for *every* lane's part of the earlier one (``after`` is then a list of ids)."""
     if transport not in TRANSPORTS:
         raise EmuError(f"transport={transport!r} is invalid: must be one of "
                        f"{', '.join(TRANSPORTS)}")
-    spec = fab.spec
     for t in transfers:
         spec.node(t.src), spec.node(t.dst)
         if t.src == t.dst or t.size < 0:
@@ -131,12 +132,22 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
             if t.after is not None:
                 if not 0 <= t.after < i:
                     raise EmuError(f"transfer {i}: after={t.after} must name an earlier one")
-                msg["after"] = parts[t.after][lane]
+                # every lane's part of the earlier transfer (RC stripes a message over one
+                # QP per plane): a round starts only when the whole previous round is done
+                msg["after"] = list(parts[t.after])
             if t.bound is not None:
                 msg["bound"] = t.bound
             parts.setdefault(i, []).append(mid)
             plan_of(t.src)["sends"].append(msg)
             plan_of(t.dst)["recvs"].append(msg)
+    return plans, parts
+
+
+def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
+                  config: dict | None = None, deadline_s: float = 60.0, seed: int = 0,
+                  on_start=None) -> TransferResult:
+    """Run ``transfers`` with ``transport``; ``on_start(t0)`` is called at the common start."""
+    plans, parts = plan_transfers(fab.spec, transport, transfers, config, deadline_s, seed)
     procs = {}
     try:
         for host, plan in plans.items():

@@ -25,7 +25,11 @@ BOUND = LossBound(0.25)  # 40 chunks: 30 needed
 
 
 class NoLiveness(DblpCore):
-    """DblpCore without the park-stall check (what the fix added, switched off)."""
+    """DblpCore without the park-stall check (what the fix added, switched off) and
+    without the tail timer (tests/unit/test_dblp_tail.py), which would also end it."""
+
+    def _tail_deadline(self):
+        return INF
 
     def _may_retransmit(self, p):
         ok = super()._may_retransmit(p)

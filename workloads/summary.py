@@ -1,0 +1,77 @@
+"""What a labelled run came to, from its records (pure functions; the runner and benches
+print and store these).
+
+Times are *training* time: the sum of the job's step times (``job_step`` records:
+per step, from the slowest rank's end of the previous step to its end of this
+one, evaluation excluded), so a failure that stalls a step shows in them and an
+evaluation does not.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from workloads.results import failure_windows, percentile
+
+
+def _of(records: Iterable[Mapping[str, Any]], kind: str, label: str, rep: int) -> list[dict]:
+    return [dict(r) for r in records
+            if r.get("type") == kind and r.get("label") == label and r.get("rep", 0) == rep]
+
+
+def summarize(records: list[Mapping[str, Any]], label: str, rep: int = 0,
+              metric: str = "accuracy", target: float | None = None,
+              higher_is_better: bool = True) -> dict:
+    """Step times, exposed communication, failure stalls and time to target of one run."""
+    steps = sorted(_of(records, "job_step", label, rep), key=lambda r: r["step"])
+    evals = sorted(_of(records, "eval", label, rep), key=lambda r: r["step"])
+    events = _of(records, "event", label, rep)
+    out: dict[str, Any] = {"label": label, "rep": rep, "steps": len(steps)}
+    if not steps:
+        return out
+    clock, train_s = 0.0, {}
+    for r in steps:
+        clock += r["step_s"]
+        train_s[r["step"]] = clock
+    windows = failure_windows(events)
+
+    def overlaps(r: Mapping[str, Any]) -> bool:
+        return any(w.overlaps(r) for w in windows)
+
+    healthy = [r["step_s"] for r in steps if not overlaps(r)]
+    hit = [r for r in steps if overlaps(r)]
+    med = statistics.median(healthy) if healthy else None
+    out.update(
+        train_s=round(clock, 4),
+        step_ms_median=_ms(statistics.median(r["step_s"] for r in steps)),
+        step_ms_p99=_ms(percentile([r["step_s"] for r in steps], 99)),
+        healthy_step_ms=_ms(med),
+        compute_ms_median=_ms(statistics.median(r["compute_s"] for r in steps)),
+        exposed_comm_ms_median=_ms(statistics.median(r["exposed_comm_s"] for r in steps)),
+        failure_step_ms_median=_ms(statistics.median(r["step_s"] for r in hit)) if hit else None,
+        failure_step_ms_max=_ms(max(r["step_s"] for r in hit)) if hit else None,
+        failure_lost_s=(round(sum(r["step_s"] - med for r in hit), 4)
+                        if hit and med is not None else None),
+        delivered_min=min(r.get("delivered", 1.0) for r in steps),
+        lost_entries=sum(r.get("lost_entries", 0) for r in steps),
+        tolerance_zero_rounds=sum(1 for r in steps if not r.get("tolerance")),
+    )
+    if evals:
+        last = evals[-1]
+        out["final_" + metric] = last.get(metric)
+        out["final_step"] = last["step"]
+        if target is not None:
+            reached = next((e for e in evals if e.get(metric) is not None and (
+                e[metric] >= target if higher_is_better else e[metric] <= target)), None)
+            out["target"] = target
+            out["time_to_target_s"] = (round(train_s[reached["step"]], 4)
+                                       if reached is not None and reached["step"] in train_s
+                                       else None)
+            out["steps_to_target"] = reached["step"] + 1 if reached is not None else None
+    return out
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)

@@ -1,0 +1,132 @@
+"""``Comm`` over this project's UDP transports (MRC, RC, DBLP) in a worker process.
+
+The group's connections are planned by the parent (``plan_conns``: one MRC/DBLP
+connection per rank pair over every SRv6 path of the pair; RC: one QP per
+plane, as RoCE on a multi-plane NIC) and handed to each worker, which builds
+its ``Endpoint`` from them. ``TransportComm`` numbers messages per peer and
+direction (so matching schedules pair up), stripes RC messages over the planes'
+QPs, and blocks in ``wait`` on a condition the engine thread signals.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from transports.api import Completion
+from transports.endpoint import Endpoint
+from transports.harness import conn_spec
+from workloads.comm import CommError, Handle
+
+UDP_TRANSPORTS = ("mrc", "rc", "dblp")
+
+
+def conn_id(a: int, b: int, size: int, lane: int = 0) -> int:
+    """The connection id of the rank pair {a, b} on ``lane`` (the same on both ends)."""
+    lo, hi = min(a, b), max(a, b)
+    return 1 + lane * size * size + lo * size + hi
+
+
+def plan_conns(spec, transport: str, hosts: list[str]) -> list[dict[int, list[dict]]]:
+    """Per rank: peer rank -> its connections' plan entries (one per lane)."""
+    if transport not in UDP_TRANSPORTS:
+        raise ValueError(f"transport={transport!r}: a Comm needs one of {UDP_TRANSPORTS}")
+    lanes = spec.planes if transport == "rc" else 1
+    size = len(hosts)
+    return [{peer: [conn_spec(spec, transport, hosts[r], hosts[peer],
+                              conn_id(r, peer, size, lane), lane) for lane in range(lanes)]
+             for peer in range(size) if peer != r} for r in range(size)]
+
+
+class TransportComm:
+    """One rank's ``Comm`` on an ``Endpoint`` (see the module docstring)."""
+
+    def __init__(self, transport: str, rank: int, size: int, conns: dict[int, list[dict]],
+                 config: dict | None = None, seed: int = 0) -> None:
+        self.transport = transport
+        self.rank, self.size = rank, size
+        self.mtu_payload = int((config or {}).get("mtu_payload", 8000))
+        self.lanes = {int(p): [c["conn"] for c in cs] for p, cs in conns.items()}
+        self.endpoint = Endpoint(transport, [c for cs in conns.values() for c in cs], config,
+                                 seed)
+        self._next = {(p, k): 1 for p in self.lanes for k in ("send", "recv")}
+        self._cond = threading.Condition()
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.endpoint.start()
+
+    def close(self) -> None:
+        self.endpoint.close()
+
+    def _check(self, peer: int, bound: Any) -> None:
+        if peer not in self.lanes:
+            raise ValueError(f"peer={peer!r} is not another rank of 0..{self.size - 1}")
+        if bound is not None and self.transport != "dblp":
+            raise ValueError(f"a bounded-loss message needs transport 'dblp', not "
+                             f"{self.transport!r}")
+
+    def _post(self, kind: str, peer: int, data: memoryview, bound: Any) -> Handle:
+        self._check(peer, bound)
+        key = (peer, kind)
+        msg = self._next[key]
+        self._next[key] = msg + 1
+        conns = self.lanes[peer]
+        h = Handle(peer, kind, len(data), time.monotonic())
+        parts: list[Completion] = []
+        n = len(data)
+        k = len(conns)
+
+        def on_done(comp: Completion) -> None:
+            parts.append(comp)
+            if len(parts) == k:
+                merged = parts[0] if k == 1 else _merge(parts)
+                with self._cond:
+                    h.completion = merged
+                    self._cond.notify_all()
+
+        post = self.endpoint.post_send if kind == "send" else self.endpoint.post_recv
+        off = 0
+        for lane, c in enumerate(conns):  # RC: an even stripe per plane's QP
+            part = n // k + (1 if lane < n % k else 0)
+            post(c, msg, data[off:off + part], on_done, bound)
+            off += part
+        if kind == "send":
+            self.bytes_sent += n
+        else:
+            self.bytes_received += n
+        return h
+
+    def isend(self, peer: int, data: bytes | memoryview, bound: Any = None) -> Handle:
+        return self._post("send", peer, memoryview(data).cast("B"), bound)
+
+    def irecv(self, peer: int, buf: memoryview, bound: Any = None) -> Handle:
+        view = memoryview(buf).cast("B")
+        if view.readonly:
+            raise ValueError("irecv needs a writable buffer")
+        return self._post("recv", peer, view, bound)
+
+    def wait(self, handles: list[Handle], timeout: float | None = None) -> None:
+        """Block until all ``handles`` are done; CommError if one failed or the engine died."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not all(h.done for h in handles):
+                if not self.endpoint.alive():
+                    raise CommError("the transport engine stopped") from self.endpoint.error
+                left = 1.0 if end is None else min(1.0, end - time.monotonic())
+                if left <= 0:
+                    waiting = [h for h in handles if not h.done]
+                    raise CommError(f"timed out after {timeout} s waiting for {waiting}")
+                self._cond.wait(left)
+        for h in handles:
+            c = h.completion
+            if c is not None and not c.ok:
+                raise CommError(f"{h.kind} {'to' if h.kind == 'send' else 'from'} rank "
+                                f"{h.peer} failed: {c.error}")
+
+
+def _merge(parts: list[Completion]) -> Completion:
+    """One completion for a message striped over several QPs (RC is never bounded)."""
+    bad = [p for p in parts if not p.ok]
+    return Completion(parts[0].msg, parts[0].kind, not bad, sum(p.nbytes for p in parts),
+                      max(p.t for p in parts), bad[0].error if bad else None)
