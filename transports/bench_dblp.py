@@ -33,15 +33,18 @@ from __future__ import annotations
 
 import math
 import statistics
+import subprocess
 from collections import Counter
 from collections.abc import Callable
 
+from emu.counters import interface_packets
 from emu.errors import require_root
 from emu.fabric import Fabric
 from emu.microburst import Microburst, MicroburstSpec
 from topologies import LinkSpec, MultiPlaneClos
 from transports.harness import Transfer, TransferResult, run_transfers
 from transports.phase import PhaseAware, PhaseAwareConfig, Signals
+from transports.tcp import TCP_PORT
 
 SPEC = MultiPlaneClos(planes=2, spines=4, leaves=4, hosts_per_leaf=3,
                       host_link=LinkSpec(100.0, 16), fabric_link=LinkSpec(100.0, 16))
@@ -53,9 +56,30 @@ SETTINGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "one_path": (("p0s0:l1",), ("h6", "h9")),  # spine downlink; sources on racks 2 and 3
     "all_paths": (("p0l1:h3", "p1l1:h3"), ("h4", "h5")),  # leaf ports; h3's rack-mates
 }
+# The TCP baseline: Linux's TCP as it is (RTO floor 200 ms), with the kernel's default
+# congestion control (CUBIC; a host may default its namespaces to another one).
+TCP_CONFIG = {"cc": "cubic"}
+TCP_SPORTS = range(40000, 40200)  # where a source port onto the burst's plane is sought
+TCP_TRIES = 16  # one_path: TCP runs until its connection drew the burst's spine
 TRAIN_ROUNDS = 200  # the synthetic schedule DBLP's rounds are taken from
 STAT_KEYS = ("tx_data_pkts", "tx_retx", "loss_rto", "rto", "retx_parked",
              "retx_unparked_stall", "loss_dblp_tail", "late_data")
+
+
+def tcp_sport(fab: Fabric, plane: int, dport: int = TCP_PORT) -> int:
+    """A source port whose TCP connection SRC -> DST leaves on plane ``plane``: the
+    host hashes the 5-tuple (fib_multipath_hash_policy 1), asked of its kernel. (The
+    leaf's choice of spine is not the port's: a forwarded packet keeps the hash the
+    sending socket gave it, its random txhash, so each connection draws its spine.)"""
+    src, dst = str(SPEC.address(SRC)), str(SPEC.address(DST))
+    for sport in TCP_SPORTS:
+        out = subprocess.run(["ip", "netns", "exec", fab.netns(SRC), "ip", "-6", "route",
+                              "get", dst, "from", src, "ipproto", "tcp", "sport", str(sport),
+                              "dport", str(dport)],
+                             capture_output=True, text=True, check=True).stdout.split()
+        if out[out.index("dev") + 1] == f"p{plane}":
+            return sport
+    raise RuntimeError(f"no source port in {TCP_SPORTS} leaves on plane {plane}")
 
 
 def _rounds(n: int, bounds: list[dict | None]) -> list[Transfer]:
@@ -119,20 +143,68 @@ def late_phase(n: int) -> tuple[list[dict], float]:
     return phase, zero
 
 
-def _run(fab: Fabric, setting: str, transport: str, bounds: list[dict | None]) -> dict:
+def _run(fab: Fabric, setting: str, transport: str, bounds: list[dict | None],
+         config: dict | None = None) -> dict:
     targets, sources = SETTINGS[setting]
     bursts = [Microburst(fab, MicroburstSpec(t, sources, BURST_ON_MS, BURST_EVERY_MS))
               for t in targets]
     for b in bursts:
         b.start()
     try:
-        res = run_transfers(fab, transport, _rounds(len(bounds), bounds), deadline_s=120)
+        res = run_transfers(fab, transport, _rounds(len(bounds), bounds), config=config,
+                            deadline_s=120)
     finally:
         for b in bursts:
             b.stop()
     row = _stats(res, bounds)
     row["burst_drops"] = sum(b.report()["target"]["drops"] or 0 for b in bursts)
+    if transport == "tcp":
+        row["tcp"] = _tcp_stats(res, row["latency_ms"])
     return row
+
+
+def _run_tcp(fab: Fabric, setting: str, bounds: list[dict | None], config: dict) -> dict:
+    """The TCP rounds. In one_path, run again (a new connection draws a new spine) until
+    most of the connection's segments went through the burst's spine: counted where that
+    spine receives from SRC's leaf (the bursts come from other racks)."""
+    if setting != "one_path":
+        return _run(fab, setting, "tcp", bounds, config)
+    target = SETTINGS[setting][0][0]
+    spine = target.split(":")[0]
+    port = "l" + SPEC.leaf_of(SRC, int(target[1])).name.split("l")[-1]
+    for attempt in range(1, TCP_TRIES + 1):
+        before = interface_packets(fab.kernels[spine])[port][0]
+        row = _run(fab, setting, "tcp", bounds, config)
+        via = interface_packets(fab.kernels[spine])[port][0] - before
+        share = via / max(1, row["cores"].get("tx_data_pkts", 0))
+        row["tcp"].update(attempts=attempt, share_via_burst_spine=round(min(1.0, share), 3))
+        if share >= 0.5:
+            break
+    return row
+
+
+def _tcp_stats(res: TransferResult, lat: list[float]) -> dict:
+    """The kernel's view of the TCP rounds: per round, the segments retransmitted and
+    the RTOs that fired while it was out; per connection, TCP_INFO at the end."""
+    sends = sorted((m for m in res.drivers[SRC]["messages"] if m["kind"] == "send"),
+                   key=lambda m: m["msg"])
+    retx = [m.get("retrans", 0) for m in sends]
+    rto = [m.get("rto", 0) for m in sends]
+    hit = [x for x, r, o in zip(lat, retx, rto, strict=True) if r or o]
+    by_rto = [x for x, o in zip(lat, rto, strict=True) if o]
+    (info,) = res.drivers[SRC]["tcp_info"].values()
+    return {"rounds_with_retx": sum(1 for r in retx if r),
+            "rounds_with_rto": sum(1 for o in rto if o),
+            "rto_per_round_max": max(rto, default=0),
+            "retx_rounds_ms": [round(x, 1) for x in hit],
+            "rto_rounds_min_ms": round(min(by_rto), 1) if by_rto else None,
+            "no_rto_rounds_max_ms": round(max((x for x, o in zip(lat, rto, strict=True)
+                                               if not o), default=0), 1),
+            "per_round_retx": retx, "per_round_rto": rto,
+            "tcp_info": {k: info.get(k) for k in (
+                "rto_ms", "min_rtt_ms", "rtt_ms", "snd_mss", "snd_cwnd", "total_retrans",
+                "total_rto", "total_rto_recoveries", "total_rto_time_ms", "bytes_retrans",
+                "dsack_dups", "reord_seen")}}
 
 
 def bench_dblp(say: Callable[[str], None] = print, quick: bool = False) -> dict:
@@ -157,9 +229,17 @@ def bench_dblp(say: Callable[[str], None] = print, quick: bool = False) -> dict:
         proposals = sorted(m["latency"] / m["delivered"] for m in calib.messages)
         deadline_s = round(statistics.median(proposals) * 1.1, 4)
         out["optireduce_deadline_ms"] = round(deadline_s * 1000, 2)
+        # TCP's one connection takes one of the pair's 8 paths: its source port puts it
+        # on the one_path burst's plane, and in one_path it is run again (new connection,
+        # new spine) until it crossed the burst's spine (else 3 times in 4 it would not
+        # meet the burst at all).
+        plane = int(SETTINGS["one_path"][0][0][1])
+        tcp_config = {**TCP_CONFIG, "sport": tcp_sport(fab, plane)}
+        out["tcp"] = {"config": tcp_config, "min_rto_ms": 200}
         variants = {
             "mrc_reliable": ("mrc", [None] * n),
             "rc_reliable": ("rc", [None] * n),
+            "tcp_reliable": ("tcp", [None] * n),
             "mlt_fixed_0.05": ("dblp", [{"tolerance": 0.05, "deadline_s": None,
                                          "fill": "zeros"}] * n),
             # Timeout-bounded: every chunk is wanted, but the round ends at the deadline.
@@ -172,19 +252,31 @@ def bench_dblp(say: Callable[[str], None] = print, quick: bool = False) -> dict:
             say(f"  setting {setting}: bursts at {', '.join(SETTINGS[setting][0])}")
             rows: dict = {}
             for name, (transport, bounds) in variants.items():
-                row = rows[name] = _run(fab, setting, transport, bounds)
+                if transport == "tcp":
+                    row = rows[name] = _run_tcp(fab, setting, bounds, tcp_config)
+                else:
+                    row = rows[name] = _run(fab, setting, transport, bounds)
                 say(f"    {name}: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, max "
                     f"{row['max_ms']} ms, delivered {row['delivered_mean']} / "
                     f">= {row['delivered_min']}, bound respected: {row['bound_respected']}, "
                     f"burst drops {row['burst_drops']}, cores {row['cores']}")
+                if "tcp" in row:
+                    t = row["tcp"]
+                    via = (f"attempt {t['attempts']}, {t['share_via_burst_spine']} of its "
+                           f"segments via the burst's spine; " if "attempts" in t else "")
+                    say(f"      tcp: {via}{t['rounds_with_retx']} rounds with retransmissions, "
+                        f"{t['rounds_with_rto']} with an RTO (max {t['rto_per_round_max']} in "
+                        f"one); RTO rounds >= {t['rto_rounds_min_ms']} ms, others <= "
+                        f"{t['no_rto_rounds_max_ms']} ms; TCP_INFO {t['tcp_info']}")
             res: dict = {"variants": rows}
-            for base in ("mrc_reliable", "rc_reliable"):
+            for base in ("mrc_reliable", "rc_reliable", "tcp_reliable"):
                 ref = rows[base]["p99_ms"]
                 res[f"p99_speedup_vs_{base}"] = {k: round(ref / v["p99_ms"], 2)
                                                  for k, v in rows.items()}
             d = res["p99_speedup_vs_mrc_reliable"]["dblp_phase_aware"]
             r = res["p99_speedup_vs_rc_reliable"]["dblp_phase_aware"]
-            say(f"    DBLP P99 speedup: {d}x vs MRC, {r}x vs RC (target: 5x)")
+            t = res["p99_speedup_vs_tcp_reliable"]["dblp_phase_aware"]
+            say(f"    DBLP P99 speedup: {d}x vs MRC, {r}x vs RC, {t}x vs TCP (target: 5x)")
             out["settings"][setting] = res
     out["dblp_schedule"] = phase
     return out

@@ -29,8 +29,7 @@ from workloads.comm import Comm, Handle
 @dataclass(frozen=True)
 class StepResult:
     loss: float | None  # the last stage's batch loss; None elsewhere
-    compute_s: float
-    comm_s: float
+    comm_s: float  # time spent waiting on transfers
     bytes: int
 
 
@@ -114,7 +113,7 @@ class PipelineStage:
                 nbytes += len(data)
                 sends.append(self.comm.isend(k - 1, data))
         yield from self._timed(sends, waited)
-        return StepResult(total_loss if k == last else None, 0.0, waited[0], nbytes)
+        return StepResult(total_loss if k == last else None, waited[0], nbytes)
 
     def evaluate(self, evaluate: Callable[[nn.Module], dict]) -> Generator:
         """Gather every stage's parameters on the last stage and evaluate the whole model

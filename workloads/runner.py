@@ -279,6 +279,11 @@ class StepAggregator:
         start = max(r["start"] for r in recs)
         exposed = max(r["t_exit"] for r in recs) - max(r["t_enter"] for r in recs)
         compute = statistics.median(r["compute_s"] for r in recs)
+        if recs[0].get("pipeline"):
+            # Pipeline stages overlap: what the busiest stage did not spend computing is
+            # communication and bubbles.
+            compute = max(r["compute_s"] for r in recs)
+            exposed = (end - start) - compute
         losses = [r["loss"] for r in recs if r.get("loss") is not None]
         # A step lasts from the previous step's end (its slowest rank) to this one's,
         # less the evaluation that ran in between.

@@ -56,7 +56,12 @@ class TransportComm:
         self.bytes_received = 0
         self.endpoint.start()
 
-    def close(self) -> None:
+    def close(self, linger_s: float = 0.0) -> None:
+        """Stop the engine, after ``linger_s`` of still answering the peers (as TCP's
+        TIME-WAIT: a peer whose last packet or ACK was lost retransmits, and needs an
+        answer to complete its own last message)."""
+        if linger_s > 0 and self.endpoint.alive():
+            time.sleep(linger_s)
         self.endpoint.close()
 
     def _check(self, peer: int, bound: Any) -> None:

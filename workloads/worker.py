@@ -34,7 +34,6 @@ from __future__ import annotations
 import ctypes
 import datetime
 import json
-import math
 import os
 import signal
 import sys
@@ -51,9 +50,9 @@ def emit(rec: dict) -> None:
 
 def lr_at(cfg: dict, step: int) -> float:
     """The learning rate of ``step`` under the configured schedule."""
-    if cfg.get("lr_schedule", "constant") == "cosine":
-        return cfg["lr"] * 0.5 * (1 + math.cos(math.pi * step / cfg["steps"]))
-    return cfg["lr"]
+    from workloads.schedule import lr_at_step
+
+    return lr_at_step(cfg["lr"], cfg.get("lr_schedule", "constant"), cfg["steps"], step)
 
 
 def _die_with_parent() -> None:
@@ -155,6 +154,8 @@ def run_data_parallel(cfg: dict) -> None:
             for g in opt.param_groups:
                 g["lr"] = lr
             sync.set_signals(step, shards.epoch_of(step), lr)
+            if step == cfg.get("inject_error_at_step"):  # fault injection (runner tests)
+                raise RuntimeError(f"inject_error_at_step={step}: failing as configured")
             x, y = shards.batch(step)
             start = time.monotonic()
             state["compute_started"] = start
@@ -189,7 +190,7 @@ def run_data_parallel(cfg: dict) -> None:
         emit({"type": "done", "rank": rank, "overruns": pacer.overruns,
               "comm": comm_stats(comm)})
         if comm is not None:
-            comm.close()
+            comm.close(linger_s=0.5)  # answer late retransmissions of the last round
 
 
 def comm_stats(comm) -> dict:
@@ -231,9 +232,11 @@ def run_pipeline(cfg: dict) -> None:
             opt.step()
             opt.zero_grad(set_to_none=True)
             end = time.monotonic()
+            # A stage computes whenever it is not waiting on a transfer.
             emit({"type": "step", "rank": rank, "step": step, "t_s": round(end - t0, 6),
                   "start": start, "end": end, "t_enter": start, "t_exit": end,
-                  "compute_s": round(res.compute_s, 6), "comm_s": round(res.comm_s, 6),
+                  "pipeline": True, "compute_s": round(end - start - res.comm_s, 6),
+                  "comm_s": round(res.comm_s, 6),
                   "step_s": round(end - start, 6), "loss": res.loss, "lr": lr,
                   "epoch": shards.epoch_of(step), "bytes": res.bytes, "delivered": 1.0,
                   "lost_entries": 0, "tolerance": None, "why": None})
@@ -247,7 +250,7 @@ def run_pipeline(cfg: dict) -> None:
     finally:
         emit({"type": "done", "rank": rank, "overruns": pacer.overruns,
               "comm": comm_stats(comm)})
-        comm.close()
+        comm.close(linger_s=0.5)
 
 
 def measure_compute(cfg: dict, steps: int = 30) -> float:

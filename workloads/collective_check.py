@@ -1,0 +1,148 @@
+"""Run every collective once over a real fabric and check it against the reference.
+
+    results = check_collectives(fab, "mrc", ["h0", "h3", "h5"])
+
+One process per rank (``python -m workloads.collective_check`` in the rank's
+namespace, config on stdin) builds a ``TransportComm`` and runs ring all-reduce,
+reduce-scatter, all-gather, all-to-all, transpose all-reduce and (with groups)
+hierarchical all-reduce on inputs drawn from a seed; it prints each output's
+SHA-256 and what the collective reported lost. The parent computes the
+reference outputs (numpy sums and concatenations of the same inputs) and
+compares. Values are small integers in float32, so sums are exact in any order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from transports.harness import DEFAULT_CONFIG
+from workloads import collectives as col
+
+LINGER_S = 0.5  # answer the peers' retransmissions for this long after the last collective
+
+
+def inputs(rank: int, n: int, seed: int) -> np.ndarray:
+    """Rank ``rank``'s input vector (integers in [-8, 8] as float32)."""
+    return np.random.default_rng([seed, rank]).integers(-8, 9, n).astype(np.float32)
+
+
+def sha(a: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a, dtype=np.float32).tobytes()).hexdigest()
+
+
+def reference(size: int, n: int, seed: int, groups: list[list[int]] | None) -> list[dict]:
+    """The expected output hashes of every rank."""
+    xs = [inputs(r, n, seed) for r in range(size)]
+    total = np.sum(xs, axis=0, dtype=np.float32)
+    blocks = col.block_bounds(n, size)
+    out = []
+    for r in range(size):
+        lo, hi = blocks[r]
+        a2a = np.concatenate([xs[j][slice(*col.block_bounds(n, size)[r])] for j in range(size)])
+        want = {"allreduce": sha(total), "transpose": sha(total),
+                "reduce_scatter": sha(total[lo:hi]), "all_gather": sha(_gathered(xs, blocks)),
+                "all_to_all": sha(a2a)}
+        if groups:
+            want["hierarchical"] = sha(total)
+        out.append(want)
+    return out
+
+
+def _gathered(xs: list[np.ndarray], blocks: list[tuple[int, int]]) -> np.ndarray:
+    out = np.empty_like(xs[0])
+    for r, (lo, hi) in enumerate(blocks):
+        out[lo:hi] = xs[r][lo:hi]
+    return out
+
+
+def run_rank(cfg: dict) -> dict:
+    """Every collective on this rank (inside its namespace); output hashes and losses."""
+    from workloads.comm import drive
+    from workloads.transportcomm import TransportComm
+
+    r, size, n, seed = cfg["rank"], cfg["size"], cfg["n"], cfg["seed"]
+    comm = TransportComm(cfg["transport"], r, size, {int(p): c for p, c in cfg["conns"].items()},
+                         cfg.get("config"), seed)
+    out: dict = {"rank": r}
+    try:
+        x = inputs(r, n, seed)
+        buf = x.copy()
+        drive(col.ring_allreduce(comm, buf), comm)
+        out["allreduce"] = sha(buf)
+        buf = x.copy()
+        drive(col.transpose_allreduce(comm, buf), comm)
+        out["transpose"] = sha(buf)
+        buf = x.copy()
+        drive(col.reduce_scatter(comm, buf), comm)
+        lo, hi = col.block_bounds(n, size)[r]
+        out["reduce_scatter"] = sha(buf[lo:hi])
+        buf = x.copy()
+        drive(col.all_gather(comm, buf), comm)
+        out["all_gather"] = sha(buf)
+        recv = np.zeros(col.all_to_all_recv_len(n, size, r), dtype=np.float32)
+        drive(col.all_to_all(comm, x.copy(), recv), comm)
+        out["all_to_all"] = sha(recv)
+        if cfg.get("groups"):
+            buf = x.copy()
+            drive(col.hierarchical_allreduce(comm, buf, cfg["groups"]), comm)
+            out["hierarchical"] = sha(buf)
+        if cfg.get("bound"):
+            from transports.dblp import LossBound
+
+            buf = x.copy()
+            res = drive(col.transpose_allreduce(comm, buf, bound=LossBound(**cfg["bound"])),
+                        comm)
+            out["bounded"] = {"values": buf.tolist(), "lost": [list(p) for p in res.lost],
+                              "lost_pairs": res.lost_pairs, "delivered": list(res.delivered)}
+    finally:
+        comm.close(linger_s=LINGER_S)
+    return out
+
+
+def check_collectives(fab, transport: str, hosts: list[str], n: int = 20011, seed: int = 5,
+                      groups: list[list[int]] | None = None, bound: dict | None = None,
+                      timeout_s: float = 120) -> tuple[list[dict], list[dict]]:
+    """(what every rank reported, the reference) for ``hosts`` over ``transport``."""
+    from workloads.transportcomm import plan_conns
+
+    conns = plan_conns(fab.spec, transport, hosts)
+    procs = []
+    for r, h in enumerate(hosts):
+        cfg = {"rank": r, "size": len(hosts), "n": n, "seed": seed, "transport": transport,
+               "conns": {str(p): c for p, c in conns[r].items()}, "groups": groups,
+               "config": DEFAULT_CONFIG.get(transport, {}), "bound": bound}
+        p = subprocess.Popen(["nsenter", f"--net=/run/netns/{fab.netns(h)}", sys.executable,
+                              "-m", "workloads.collective_check"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p.stdin.write(json.dumps(cfg) + "\n")
+        p.stdin.close()
+        p.stdin = None  # written and closed: communicate() only reads
+        procs.append(p)
+    got = []
+    try:
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=timeout_s)
+            if p.returncode != 0:
+                raise RuntimeError(f"rank {r} on {hosts[r]} failed: {err[-3000:]}")
+            got.append(json.loads(out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return got, reference(len(hosts), n, seed, groups)
+
+
+def main() -> int:
+    cfg = json.loads(sys.stdin.readline())
+    print(json.dumps(run_rank(cfg)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
