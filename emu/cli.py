@@ -178,6 +178,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from transports.bench_dblp import bench_dblp
 
         res = bench_dblp(say=_progress, quick=args.quick)
+    elif args.bench == "training":
+        from workloads.bench_training import bench_training
+
+        res = bench_training(say=_progress, quick=args.quick,
+                             out_dir=_out_dir(args, "bench-training"))
     elif args.bench == "transport":
         from transports.bench import bench_transport
 
@@ -271,6 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--json", action="store_true")
     bd.add_argument("--quick", action="store_true", help="fewer rounds")
     bd.set_defaults(func=cmd_bench)
+    bg = bsub.add_parser("training", help="digits CNN over MRC, RC and gloo: healthy, link "
+                         "cut, microbursts; DBLP vs MRC time to target loss under bursts")
+    bg.add_argument("--json", action="store_true")
+    bg.add_argument("--quick", action="store_true", help="fewer steps")
+    bg.add_argument("--out", help="results directory (default results/bench-training-TIME)")
+    bg.set_defaults(func=cmd_bench)
     bo = bsub.add_parser("failover", help="ECMP + BFD/BGP: convergence and loss per failure")
     bo.add_argument("--json", action="store_true")
     _bfd_args(bo)

@@ -5,7 +5,7 @@ topology before anything runs, with ``apply(fab)`` and ``restore(fab)``:
 
 * ``LinkDown``: both veth ends down, as a cut cable (local switches see it at
   once; remote switches only through the control plane).
-* ``BusiestUplinkDown``: the uplink of a leaf that carries the most traffic, cut.
+* ``BusiestUplinkDown``: the leaf-spine link carrying the most traffic into a rack, cut.
 * ``SwitchDown`` / ``PlaneDown``: every link of a switch / of a plane.
 * ``LinkFlap``: a link going down and up with a period and duty cycle.
 * ``GrayLink``: random loss of a fraction of packets, both directions, by
@@ -100,13 +100,16 @@ class LinkDown:
 
 @dataclass(frozen=True)
 class BusiestUplinkDown:
-    """Cut the uplink of ``leaf`` that carries the most traffic when the failure fires.
+    """Cut the leaf-spine link of ``leaf`` that carries the most traffic into the rack.
 
     Which spine an ECMP flow hashes to is the kernel's (randomly seeded) choice, so
     a fixed link may carry none of a job's flows; this cuts the one that carries the
-    most: the port's transmitted packets are sampled ``sample_s`` apart and the
-    uplink (leaf -> spine) with the largest increase goes down. The chosen link is
-    in the apply record (``chosen``); ``restore`` brings that one back.
+    most: the packets the leaf's spine ports *received* are sampled ``sample_s``
+    apart and the link with the largest increase goes down. Traffic into the rack is
+    what a cut hurts longest under ECMP: the leaf reroutes its own uplink traffic at
+    once, but the spine has no other way down to this rack and every remote leaf
+    keeps hashing flows onto that spine until BGP withdraws the route. The chosen
+    link is in the apply record (``chosen``); ``restore`` brings that one back.
     """
 
     leaf: str
@@ -138,7 +141,7 @@ class BusiestUplinkDown:
         before = interface_packets(k)
         time.sleep(self.sample_s)
         after = interface_packets(k)
-        tx = {name: after[i][1] - before[i][1] for name, i in port.items()}
+        tx = {name: after[i][0] - before[i][0] for name, i in port.items()}  # received
         name = max(tx, key=lambda n: tx[n])
         chosen = next(lk for lk in ups if lk.name == name)
         _set_links_state(fab, (chosen,), up=False)
@@ -154,7 +157,8 @@ class BusiestUplinkDown:
 
 @dataclass(frozen=True)
 class ChosenLink:
-    """What ``BusiestUplinkDown`` cut, and the packets it and all uplinks sent in the sample."""
+    """What ``BusiestUplinkDown`` cut, and the packets the leaf received on it and on all
+    its spine links during the sample."""
 
     link: str
     tx_packets: int

@@ -71,7 +71,7 @@ def fail_link(link: str) -> LinkDown:
 
 
 def fail_busiest_uplink(leaf: str) -> BusiestUplinkDown:
-    """Cut the uplink of ``leaf`` carrying the most traffic when the event fires."""
+    """Cut the leaf-spine link of ``leaf`` carrying the most traffic into the rack."""
     return BusiestUplinkDown(leaf)
 
 

@@ -8,7 +8,9 @@ Sending. Messages are cut into packets (``mtu_payload`` bytes) that each get a
 PSN and are sprayed over the EVs chosen by a path selector (transports/pathsel.py,
 default ``oblivious``). Bytes in flight over all EVs are bounded by one NSCC-like
 delay-based window (transports/cc.py) and by ``window_pkts`` PSNs past the
-oldest unacknowledged one.
+oldest unacknowledged one. The window compares each ACK's RTT with the base RTT of
+the EV it was measured on (per-EV, windowed); an EV re-admitted after a failure
+learns its base again (the route behind it may have changed).
 
 Receiving. DATA is placed straight into the message's buffer at its offset
 (transports/message.py). The receiver keeps the next expected PSN (``rcv_nxt``)
@@ -428,11 +430,12 @@ class MrcCore(MessageCore):
                 self.srtt.sample(r)
             else:
                 self.stats["bad_ts_echo"] += 1
-        self.cc.on_ack(newly, rtt, now)
+        self.cc.on_ack(newly, rtt, now, h.ev)
         if rtt is not None:
-            # the selector's congestion signal: above the delay target *and* worse than the
-            # EVs on average (a uniformly loaded fabric should not penalise anyone)
-            self.congested[h.ev] = rtt > max(self.cc.rtt_ref(),
+            # the selector's congestion signal: above the EV's base plus the delay target
+            # *and* worse than the EVs on average (a uniformly loaded fabric should not
+            # penalise anyone)
+            self.congested[h.ev] = rtt > max(self.cc.rtt_ref(h.ev),
                                              self.srtt.srtt + self.srtt.rttvar)
         if touched:
             self._detect_losses(now, touched)
@@ -597,6 +600,7 @@ class MrcCore(MessageCore):
         self.bad.discard(ev)
         self.probe_at[ev] = INF
         self._set_state(ev, EV_GOOD, now)
+        self.cc.forget(ev)  # it may be another route now (longer or shorter): learn it again
         self.stats["ev_readmitted"] += 1
         self._update_active()
         self._pump(now, out)
