@@ -1,7 +1,3 @@
-"""Workloads that drive traffic through the emulated fabric.
-
-This package will hold the collective-communication patterns (all-reduce,
-all-gather, reduce-scatter, all-to-all and their ring/tree schedules) run over
-the transports, and the PyTorch training jobs whose gradient exchange is carried
-by those collectives across the emulated hosts.
-"""
+"""Training workloads on the emulated fabric: collectives over the transports, PyTorch
+workers (data-parallel through a DDP communication hook, or pipeline stages), experiment
+files, the runner, results and plots (see the README's "Training" section)."""
