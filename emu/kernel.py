@@ -7,8 +7,11 @@ process is spawned.
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import os
 import socket
+import struct
 import threading
 from dataclasses import dataclass, field
 
@@ -167,6 +170,8 @@ class NodeKernel:
                       state=NUD_PERMANENT)
         for route in plan.routes:
             self.install_route(route)
+        if self.role is Role.HOST:
+            disable_segmentation_offloads(self, [i.ifname for i in plan.interfaces])
         if self.role is not Role.HOST:
             # Forwarding last: turned on while interfaces were multicast-capable it
             # would join all-routers groups and send MLD reports.
@@ -197,6 +202,26 @@ class NodeKernel:
                                   for nh in route.nexthops]
         ipr.route(cmd, dst=str(route.dst.network_address), dst_len=route.dst.prefixlen,
                   **extra)
+
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_STSO, ETHTOOL_SGSO = 0x1F, 0x24
+_ETHTOOL_VALUE = struct.Struct("II")
+
+
+def disable_segmentation_offloads(kernel: NodeKernel, ifnames: list[str]) -> None:
+    """TSO and GSO off on a host's NICs: a veth would otherwise hand kernel TCP's 64 KB
+    super-packets to the switches, where each takes a single slot of a FIFO sized in
+    packets (TCP, and gloo over it, would get many times the buffer of everyone else)."""
+    s = kernel.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for name in ifnames:
+            for cmd in (ETHTOOL_STSO, ETHTOOL_SGSO):
+                value = ctypes.create_string_buffer(_ETHTOOL_VALUE.pack(cmd, 0))
+                ifreq = struct.pack("16sP", name.encode(), ctypes.addressof(value))
+                fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifreq)
+    finally:
+        s.close()
 
 
 def htb_class(spec: LinkSpec, mtu: int) -> dict:

@@ -229,6 +229,9 @@ class Driver:
                         n = rx.recv_into(buf)
                     except BlockingIOError:
                         break
+                    # Each datagram its own arrival time: a batch read after a pause
+                    # sharing one stale clock reading would shorten RTT samples.
+                    now = time.monotonic()
                     conn = self.conns.get(_conn_of(view, n))
                     if conn is None:
                         self.malformed_conn += 1

@@ -149,6 +149,9 @@ class Endpoint:
                         n = rx.recv_into(buf)
                     except BlockingIOError:
                         break
+                    # Each datagram its own arrival time: a batch read after a pause
+                    # sharing one stale clock reading would shorten RTT samples.
+                    now = time.monotonic()
                     conn = conns.get(_conn_of(view, n))
                     if conn is None:
                         self.unknown_conn += 1

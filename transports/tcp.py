@@ -16,10 +16,12 @@ port of the connections this host opens: with 5-tuple ECMP it picks the path),
 ``port`` (the listening port, TCP_PORT by default). Sockets run with TCP_NODELAY,
 as ML collectives' sockets do (Gloo, NCCL's socket transport).
 
-Per connection the result's ``tcp_info`` has the kernel's TCP_INFO counters at the
-end (retransmitted segments, RTO expiries and time spent in RTO recovery on
-kernels >= 6.7, current RTO and RTTs); every send completion carries how many
-segments were retransmitted and how many RTOs fired while it was out.
+Per connection the result's ``tcp_info`` (connections this host opened) and
+``tcp_info_in`` (accepted ones) have the kernel's TCP_INFO at the end
+(retransmitted segments, RTO expiries on kernels >= 6.7, current RTO and RTTs);
+``netstat`` has the namespace's TCP counters over the run (tail loss probes,
+timeouts, SACK recoveries: what ``nstat`` shows); every send completion carries
+how many segments were retransmitted and how many RTOs fired while it was out.
 """
 
 from __future__ import annotations
@@ -56,6 +58,28 @@ def parse_tcp_info(raw: bytes) -> dict:
         out.update(total_rto=struct.unpack_from("H", raw, 240)[0],
                    total_rto_recoveries=struct.unpack_from("H", raw, 242)[0],
                    total_rto_time_ms=u32(244))
+    return out
+
+
+NETSTAT_KEYS = ("TcpExt:TCPLossProbes", "TcpExt:TCPLossProbeRecovery", "TcpExt:TCPTimeouts",
+                "TcpExt:TCPSackRecovery", "TcpExt:TCPLostRetransmit",
+                "TcpExt:TCPSpuriousRTOs", "TcpExt:TCPDSACKRecv", "TcpExt:TCPSynRetrans",
+                "Tcp:RetransSegs", "Tcp:OutSegs", "Tcp:InSegs")
+
+
+def netstat() -> dict[str, int]:
+    """This namespace's TCP counters (what ``nstat`` shows), from /proc/net/{snmp,netstat}."""
+    out: dict[str, int] = {}
+    for path in ("/proc/net/snmp", "/proc/net/netstat"):
+        try:
+            lines = open(path).read().splitlines()
+        except OSError:
+            continue
+        for names, values in zip(lines[::2], lines[1::2], strict=False):
+            proto, *keys = names.split()
+            for k, v in zip(keys, values.split()[1:], strict=False):
+                if v.lstrip("-").isdigit():
+                    out[f"{proto}{k}"] = int(v)
     return out
 
 
@@ -101,6 +125,7 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
     pending = len(recvs) + len(sends)
     done: list[dict] = []
     posted: dict[int, float] = {}
+    ns0 = netstat()
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = start()
     out_conns: dict[int, _Conn] = {}
@@ -170,6 +195,8 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
                     post(nxt)
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     infos = {c.conn: tcp_info(c.sock) for c in out_conns.values()}
+    infos_in = [tcp_info(c.sock) for c in all_conns if c.conn is None]
+    ns1 = netstat()
     expect = [(m, "recv", r) for m, r in recvs.items()] + [
         (s["msg"], "send", s) for s in sends]
     have = {(d["msg"], d["kind"]) for d in done}
@@ -186,7 +213,9 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
             "timeline": [], "posted": posted,
             "cpu_s": round((cpu1.ru_utime - cpu0.ru_utime)
                            + (cpu1.ru_stime - cpu0.ru_stime), 4),
-            "sent_per_ev": {}, "tcp_info": infos,
+            "sent_per_ev": {}, "tcp_info": infos, "tcp_info_in": infos_in,
+            # the namespace's counters over the run (only this driver's TCP runs there)
+            "netstat": {k: ns1[k] - ns0[k] for k in NETSTAT_KEYS if k in ns0 and k in ns1},
             "stats": {conn: {"tx_data_pkts": i.get("data_segs_out", 0),
                              "tx_retx": i.get("total_retrans", 0), "rto": i.get("total_rto", 0)}
                       for conn, i in infos.items()},

@@ -75,3 +75,14 @@ def test_mrc_rides_through_a_spine_link_cut_mid_transfer(fab):
             cut.restore(fab)
     assert done.get("cut") and r.ok, r.messages
     assert r.completion_s > 0.3  # the cut really happened mid-transfer
+
+
+def test_tcp_rounds_are_chained(fab):
+    """Each TCP round is posted only once the previous one was placed at the receiver."""
+    r = run_transfers(fab, "tcp", [Transfer(SRC, DST, 200_000, after=i - 1 if i else None)
+                                   for i in range(4)])
+    assert r.ok, r.messages
+    for prev, nxt in zip(r.messages, r.messages[1:], strict=False):
+        assert nxt["posted"] >= prev["t"] > prev["posted"]
+    (info,) = r.drivers[SRC]["tcp_info"].values()
+    assert info["rto_ms"] >= 200  # Linux's floor, untuned

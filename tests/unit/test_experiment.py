@@ -88,8 +88,8 @@ def test_pipeline_example_spans_two_dcs():
     spec = exp.fabric_spec()
     assert isinstance(spec, ScaleAcross) and spec.dci.delay_ms == 5.0
     assert exp.transport.collective is None
-    assert exp.workload.microbatches == 4 and exp.workload.target_loss == 2.0
-    assert exp.hosts() == ("h0", "h1", "d1h0", "d1h1")  # DC by DC: one DCI crossing
+    assert exp.workload.microbatches == 4 and exp.workload.target_loss == 2.6
+    assert exp.hosts() == ("h0", "d1h0")  # one stage per DC: one DCI crossing
 
 
 # --- defaults ----------------------------------------------------------------------------
@@ -133,7 +133,7 @@ def test_dblp_defaults_per_policy():
 
 def test_pipeline_defaults_and_modelled_compute():
     exp = ex.parse(doc(workload__kind="pipeline", workload__model="tiny_lm",
-                       workload__compute="modelled"))
+                       workload__compute="modelled", workload__workers=2))
     assert exp.workload.microbatches == 4 and exp.workload.compute_ms is None
 
 
@@ -187,7 +187,7 @@ def test_placement_spreads_over_racks_then_dcs():
     (doc(transport={"name": "dblp", "dblp": {"policy": "fixed", "tolerance": 1.0}}),
      ["transport.dblp.tolerance = 1.0", "[0, 1)"]),
     (doc(transport={"name": "dblp", "dblp": {"fill": "ones"}}),
-     ["transport.dblp.fill = 'ones'", "'zeros', 'previous', 'error_feedback'"]),
+     ["transport.dblp.fill = 'ones'", "'zeros', 'error_feedback'"]),
     (doc(transport={"name": "dblp", "dblp": {"base": 0.3}}),
      ["transport.dblp.base = 0.3", "<= transport.dblp.cap"]),
     (doc(transport={"name": "dblp", "dblp": {"deadline_ms": 0}}),
@@ -223,15 +223,19 @@ def test_placement_spreads_over_racks_then_dcs():
     (doc(transport={"name": "dblp", "dblp": {"margin_ms": 2}}),
      ["transport.dblp.margin_ms", "optireduce"]),
     (doc(workload__batch_size=30), ["workload.batch_size = 30", "divisible by workload.workers"]),
-    (doc(workload__kind="pipeline", workload__batch_size=30),
+    (doc(workload__kind="pipeline", workload__workers=2, workload__batch_size=30),
      ["workload.batch_size = 30", "divisible by workload.microbatches (4)"]),
     (doc(workload__kind="pipeline", workload__workers=1),
      ["workload.workers = 1", ">= 2"]),
-    (doc(workload__kind="pipeline", transport__name="gloo"),
+    (doc(workload__kind="pipeline", workload__workers=2, transport__name="gloo"),
      ["transport.name = 'gloo'", "pipelines"]),
-    (doc(workload__kind="pipeline", transport__collective="ring"),
+    (doc(workload__kind="pipeline", workload__workers=2, transport__collective="ring"),
      ["transport.collective", "pipeline"]),
     (doc(workload__microbatches=2), ["workload.microbatches", "pipelines only"]),
+    (doc(workload__kind="pipeline", workload__workers=4),
+     ["workload.workers = 4", "at most 3 for a pipeline of digits_cnn"]),
+    (doc(transport={"name": "dblp", "dblp": {"fill": "previous"}}),
+     ["transport.dblp.fill = 'previous'", "'zeros', 'error_feedback'"]),
     (doc(workload__target_loss=2.0), ["workload.target_loss", "digits_cnn"]),
     (doc(workload__model="tiny_lm", workload__target_accuracy=0.9),
      ["workload.target_accuracy", "tiny_lm"]),

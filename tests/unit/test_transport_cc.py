@@ -1,8 +1,9 @@
-"""NSCC window and base RTT (transports/cc.py): per-EV windowed base, guarded against low samples."""
+"""NSCC (transports/cc.py): one window over EVs, each with a windowed, guarded base RTT."""
 
 import pytest
 
-from transports.cc import BaseRtt, Nscc, NsccConfig
+from transports import cc as ccmod
+from transports.cc import Nscc, NsccConfig
 
 MTU = 8064
 RTT = 10e-3  # a 5 ms one-way long-haul path, as between two DCs
@@ -13,7 +14,7 @@ def feed(cc, t0, t1, rtt, ev=0, per_rtt=8, acked=MTU):
     t = t0
     step = RTT / per_rtt
     while t < t1:
-        cc.on_ack(acked, rtt, t, ev)
+        cc.on_ack(acked, rtt, t, *([ev] if ev else []))
         t += step
     return t
 
@@ -82,7 +83,7 @@ def test_queueing_on_one_ev_still_cuts_the_window():
 
 
 def test_longer_path_is_learnt_within_the_window():
-    b = BaseRtt(window=1.0)
+    b = ccmod.BaseRtt(window=1.0)
     t = 0.0
     while t < 0.5:
         b.sample(RTT, t)
@@ -91,14 +92,14 @@ def test_longer_path_is_learnt_within_the_window():
         b.sample(4 * RTT, t)
         t += 1e-3
     assert b.value == pytest.approx(4 * RTT)
-    b2 = BaseRtt(window=1.0)
+    b2 = ccmod.BaseRtt(window=1.0)
     b2.sample(RTT, 0.0)
     b2.sample(4 * RTT, 0.9)
     assert b2.value == pytest.approx(RTT)  # still inside the window
 
 
 def test_shorter_path_is_learnt_from_two_instants():
-    b = BaseRtt(window=1.0)
+    b = ccmod.BaseRtt(window=1.0)
     for i in range(10):
         b.sample(4 * RTT, i * 1e-3)
     b.sample(RTT, 0.02)

@@ -57,7 +57,7 @@ class StaleClock:
 
 def pipeline(seed, specs, steps, stall_steps=(), stall=20e-3, events=()):
     """Per step: 4 x 128 KB a -> b, then 4 x 128 KB b -> a, then 100 ms of compute; in the
-    steps ``stall_steps`` each sender stalls for ``stall`` 10 ms into its transfer, as its
+    steps ``stall_steps`` each sender stalls for ``stall`` 20 ms into its transfer, as its
     ACKs come in. Returns each step's communication time, and the two cores."""
     net = FakeNet(seed)
     evs = len(specs)
@@ -71,7 +71,7 @@ def pipeline(seed, specs, steps, stall_steps=(), stall=20e-3, events=()):
         t0 = net.now
         for src, dst in (("a", "b"), ("b", "a")):
             if step in stall_steps:
-                (a if src == "a" else b).stall(net.now + 10e-3, net.now + 10e-3 + stall)
+                (a if src == "a" else b).stall(net.now + 20e-3, net.now + 20e-3 + stall)
             n0 = len(net.done[src])
             for _ in range(4):
                 msg += 1

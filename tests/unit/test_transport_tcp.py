@@ -76,6 +76,8 @@ def test_chained_rounds_run_one_at_a_time():
     (conn_info,) = info.values()
     assert conn_info["rto_ms"] >= 200  # Linux's TCP_RTO_MIN: nothing tunes it
     assert all("retrans" in m and m["rto_ms"] >= 200 for m in sends.values())
+    assert len(out["h2"]["tcp_info_in"]) == 1  # the accepted end
+    assert out["h0"]["netstat"]["Tcp:OutSegs"] >= n  # the namespace's counters moved
 
 
 def test_unchained_messages_and_both_directions():
