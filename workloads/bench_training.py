@@ -83,6 +83,8 @@ def plan(quick: bool = False) -> list[tuple[str, experiment.Experiment]]:
     runs.append(("lm/mrc_bursts", _exp("lm-mrc", {"name": "mrc", "collective": "transpose"},
                                        lm, bursts)))
     runs.append(("lm/dblp_bursts", _exp("lm-dblp", dblp, lm, bursts)))
+    gather = {**dblp, "dblp": {**dblp["dblp"], "bounded_gather": True}}
+    runs.append(("lm/dblp_bounded_gather_bursts", _exp("lm-dblp-bg", gather, lm, bursts)))
     return runs
 
 

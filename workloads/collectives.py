@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -129,6 +129,7 @@ class CollectiveResult:
     lost_pairs: int = 0
     unsent: tuple[tuple[int, int], ...] = ()
     sent_values: np.ndarray | None = field(default=None, compare=False, repr=False)
+    gather_lost: tuple[tuple[int, int], ...] = ()  # estimated locally (bounded_gather)
 
     @property
     def exact(self) -> bool:
@@ -579,7 +580,8 @@ def _all_to_all(comm: Comm, send: np.ndarray, recv: np.ndarray) -> Collective:
 
 
 def transpose_allreduce(comm: Comm, buf: np.ndarray, average: bool = False,
-                        bound: LossBound | None = None) -> Collective:
+                        bound: LossBound | None = None,
+                        bounded_gather: bool = False) -> Collective:
     """OptiReduce's Transpose AllReduce in place: every rank sends block b straight to
     rank b, which adds them up and sends its block straight back to everyone.
 
@@ -587,16 +589,24 @@ def transpose_allreduce(comm: Comm, buf: np.ndarray, average: bool = False,
     reliable, so all ranks end identical): lost elements count as no contribution; with
     ``average`` each element is divided by the number of contributions that arrived for
     it, else by nothing (a plain sum of what arrived). The result's ``lost`` are the
-    element ranges of this rank's block that missed a contribution."""
+    element ranges of this rank's block that missed a contribution.
+
+    ``bounded_gather`` bounds the all-gather too: an entry of another rank's block that
+    does not arrive is estimated from this rank's own input (times ``size`` for a sum,
+    as is for an average). Ranks then end with slightly different values there (their
+    ``gather_lost`` ranges): replicas drift apart by what was estimated, which a
+    training loop must be able to tolerate; the default keeps them identical."""
     _check_comm(comm)
     _check_array(buf)
     _check_flag(average, "average")
+    _check_flag(bounded_gather, "bounded_gather")
     _check_bound(bound)
-    return _transpose_allreduce(comm, buf, average, bound)
+    return _transpose_allreduce(comm, buf, average, bound, bounded_gather)
 
 
 def _transpose_allreduce(comm: Comm, buf: np.ndarray, average: bool,
-                         bound: LossBound | None) -> Collective:
+                         bound: LossBound | None, bounded_gather: bool = False
+                         ) -> Collective:
     r, size, n = comm.rank, comm.size, buf.size
     tally = _Tally()
     yield from _run_steps(comm, _transpose_rs(n, size, r), buf, buf, tally, bound)
@@ -615,11 +625,25 @@ def _transpose_allreduce(comm: Comm, buf: np.ndarray, average: bool,
             buf[lo:hi] /= arrived.astype(np.float32)
     elif average:
         buf[lo:hi] /= np.float32(size)
-    yield from _run_steps(comm, _transpose_ag(n, size, r), buf, buf, tally)
+    gather_lost: list[tuple[int, int]] = []
+    rs_sends = len(tally.bounded_sends)  # error feedback is about the contributions only
+    if bounded_gather and bound is not None and not bound.reliable:
+        own = buf.copy()  # other ranks' blocks still hold this rank's own input here
+        ag = [replace(st, bounded=True) for st in _transpose_ag(n, size, r)]
+        first = len(tally.lost)
+        yield from _run_steps(comm, ag, buf, buf, tally, bound)
+        scale = np.float32(1.0 if average else size)
+        for _, ranges in tally.lost[first:]:
+            for a, b in ranges:
+                buf[a:b] = own[a:b] * scale
+                gather_lost.append((a, b))
+        del tally.lost[first:]
+    else:
+        yield from _run_steps(comm, _transpose_ag(n, size, r), buf, buf, tally)
     yield from _finish(tally)
     unsent: list[tuple[int, int]] = []
     values: np.ndarray | None = None
-    for s, data, h in tally.bounded_sends:
+    for s, data, h in tally.bounded_sends[:rs_sends]:
         c = h.completion
         if c is None or not c.missing:
             continue
@@ -629,7 +653,8 @@ def _transpose_allreduce(comm: Comm, buf: np.ndarray, average: bool,
                 values = np.zeros(n, dtype=np.float32)
             values[a:b] = sent[a - s.lo:b - s.lo]
             unsent.append((a, b))
-    return tally.result(merge_ranges(lost_ranges), pairs, merge_ranges(unsent), values)
+    res = tally.result(merge_ranges(lost_ranges), pairs, merge_ranges(unsent), values)
+    return replace(res, gather_lost=tuple(merge_ranges(gather_lost))) if gather_lost else res
 
 
 def hierarchical_allreduce(comm: Comm, buf: np.ndarray, groups: Sequence[Sequence[int]],

@@ -51,6 +51,9 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
     deadline_ms = 50.0             # optional, > 0: every round's deadline (optireduce: the
                                    # first round's, later ones adapt)
     margin_ms = 1.0                # optireduce only: 1.0; >= 0
+    bounded_gather = false         # false; true bounds the all-gather too: an entry that
+                                   # does not arrive is estimated from the rank's own
+                                   # gradient, so replicas may drift (see collectives.py)
 
     [workload]                     # *required*
     kind = "data_parallel"         # "data_parallel" | "pipeline"
@@ -186,6 +189,7 @@ class DblpConfig:
     phase: PhaseAwareConfig | None = None
     deadline_ms: float | None = None
     margin_ms: float | None = None
+    bounded_gather: bool = False
 
     @property
     def deadline_s(self) -> float | None:
@@ -431,7 +435,8 @@ _FABRIC = ("planes", "spines", "leaves", "hosts_per_leaf", "rate_mbit", "fabric_
            "queue_packets", "control_plane", "dcs", "dci_rate_mbit", "dci_delay_ms", "dci_loss")
 _TRANSPORT = ("name", "collective", "dblp")
 _PHASE_FIELDS = tuple(f.name for f in dataclasses.fields(PhaseAwareConfig))
-_DBLP = ("policy", "fill", "tolerance", *_PHASE_FIELDS, "deadline_ms", "margin_ms")
+_DBLP = ("policy", "fill", "tolerance", *_PHASE_FIELDS, "deadline_ms", "margin_ms",
+         "bounded_gather")
 _WORKLOAD = ("kind", "model", "workers", "hosts", "steps", "batch_size", "microbatches", "lr",
              "lr_schedule", "target_accuracy", "target_loss", "eval_every", "compute",
              "compute_ms")
@@ -629,8 +634,9 @@ def _dblp(t: _Table) -> DblpConfig:
         margin = t.get_number("margin_ms", 1.0, 0.0)
     else:
         phase = _phase(t)
+    bounded_gather = t.get_bool("bounded_gather", False)
     return DblpConfig(policy=policy, fill=fill, tolerance=tolerance, phase=phase,
-                      deadline_ms=deadline_ms, margin_ms=margin)
+                      deadline_ms=deadline_ms, margin_ms=margin, bounded_gather=bounded_gather)
 
 
 def _phase(t: _Table) -> PhaseAwareConfig:

@@ -44,6 +44,7 @@ class DblpOptions:
     fill: str = "error_feedback"
     deadline_s: float | None = None
     margin_s: float = 1e-3  # optireduce: added to each proposal
+    bounded_gather: bool = False  # the all-gather bounded too (replicas may drift)
     phase: dict | None = None  # PhaseAwareConfig fields
 
 
@@ -127,8 +128,9 @@ class GradSync:
                     arr += self.residual
                 # A lost contribution counts as zero in the sum (zeros fill); with error
                 # feedback its sender adds it to its next round, so nothing is lost.
-                res = drive(collectives.transpose_allreduce(self.comm, arr, average=False,
-                                                            bound=bound), self.comm)
+                res = drive(collectives.transpose_allreduce(
+                    self.comm, arr, average=False, bound=bound,
+                    bounded_gather=self.dblp.bounded_gather), self.comm)
                 arr /= self.world
                 if ef:
                     self.residual[:] = 0.0
@@ -136,7 +138,8 @@ class GradSync:
                         for lo, hi in res.unsent:
                             self.residual[lo:hi] = res.sent_values[lo:hi]
                 rec.update(delivered=min(res.delivered, default=1.0),
-                           lost_entries=res.lost_pairs)
+                           lost_entries=res.lost_pairs,
+                           estimated_entries=sum(b - a for a, b in res.gather_lost))
                 if self.deadline is not None:
                     self._agree_deadline(time.monotonic() - t_enter,
                                          min(res.delivered, default=1.0))

@@ -70,6 +70,7 @@ def worker_configs(exp: Experiment, seed: int, compute_ms: float | None) -> list
         d = t.dblp
         dblp = {"policy": d.policy, "tolerance": d.tolerance, "fill": d.fill,
                 "deadline_s": d.deadline_s, "margin_s": (d.margin_ms or 1.0) / 1000,
+                "bounded_gather": d.bounded_gather,
                 "phase": None if d.phase is None else {
                     k: getattr(d.phase, k) for k in d.phase.__dataclass_fields__}}
     out = []
@@ -369,13 +370,18 @@ def report(out_dir: Path, exp: Experiment, labels: list[str], say: Say = print) 
             w.summary(**s)
     evals = {lb: [r for r in records if r.get("type") == "eval" and r.get("label") == lb]
              for lb in labels}
-    steps = {lb: [r for r in records if r.get("type") == "step" and r.get("label") == lb]
-             for lb in labels}
+    # the job's steps (slowest rank, exposed communication from the last rank's entry)
+    steps = {lb: [{**r, "rank": 0} for r in records
+                  if r.get("type") == "job_step" and r.get("label") == lb] for lb in labels}
     events = [r for r in records if r.get("type") == "event"]
     plots.plot_time_to_accuracy(evals, target, out_dir / "time_to_accuracy.png", key=metric)
     plots.plot_step_timeline(steps, events, out_dir / "step_timeline.png")
-    cols = ("label", "rep", "steps", "train_s", "step_ms_median", "healthy_step_ms",
-            "exposed_comm_ms_median", "failure_step_ms_max", "failure_lost_s",
-            "time_to_target_s", "final_" + metric, "delivered_min")
+    kinds = [k[:-len("_worst_ms")] for s in summaries for k in s if k.endswith("_worst_ms")]
+    cols = ["label", "rep", "steps", "train_s", "healthy_step_ms", "exposed_comm_ms_median"]
+    for k in dict.fromkeys(kinds):
+        cols += [f"{k}_worst_ms", f"{k}_lost_s"]
+    cols += ["time_to_target_s", "final_" + metric]
+    if any(s.get("delivered_min", 1) < 1 for s in summaries):
+        cols.append("delivered_min")
     say(plots.comparison_table([{c: s.get(c) for c in cols} for s in summaries]))
     return summaries

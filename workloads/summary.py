@@ -55,6 +55,7 @@ def summarize(records: list[Mapping[str, Any]], label: str, rep: int = 0,
         failure_lost_s=(round(sum(r["step_s"] - med for r in hit), 4)
                         if hit and med is not None else None),
         delivered_min=min(r.get("delivered", 1.0) for r in steps),
+        **_per_kind(steps, windows, med),
         lost_entries=sum(r.get("lost_entries", 0) for r in steps),
         tolerance_zero_rounds=sum(1 for r in steps if not r.get("tolerance")),
     )
@@ -70,6 +71,18 @@ def summarize(records: list[Mapping[str, Any]], label: str, rep: int = 0,
                                        if reached is not None and reached["step"] in train_s
                                        else None)
             out["steps_to_target"] = reached["step"] + 1 if reached is not None else None
+    return out
+
+
+def _per_kind(steps: list[dict], windows: list, healthy: float | None) -> dict:
+    """Worst step and time lost per kind of failure (windows of one kind merged):
+    ``<kind>_worst_ms``, ``<kind>_lost_s``."""
+    out: dict[str, Any] = {}
+    for kind in dict.fromkeys(w.kind for w in windows):
+        hit = [r for r in steps if any(w.kind == kind and w.overlaps(r) for w in windows)]
+        out[f"{kind}_worst_ms"] = _ms(max(r["step_s"] for r in hit)) if hit else None
+        out[f"{kind}_lost_s"] = (round(sum(r["step_s"] - healthy for r in hit), 4)
+                                 if hit and healthy is not None else None)
     return out
 
 

@@ -180,7 +180,8 @@ def run_data_parallel(cfg: dict) -> None:
                   "tolerance": rounds[-1].get("tolerance") if rounds else None,
                   "why": rounds[-1].get("why") if rounds else None,
                   "delivered": min((r.get("delivered", 1.0) for r in rounds), default=1.0),
-                  "lost_entries": sum(r.get("lost_entries", 0) for r in rounds)})
+                  "lost_entries": sum(r.get("lost_entries", 0) for r in rounds),
+                  "estimated_entries": sum(r.get("estimated_entries", 0) for r in rounds)})
             last = step == cfg["steps"] - 1
             if rank == 0 and (step % cfg["eval_every"] == cfg["eval_every"] - 1 or last):
                 metrics = task.evaluate(model)

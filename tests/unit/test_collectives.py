@@ -627,3 +627,38 @@ def test_bad_comm_requests():
 
     with pytest.raises(TypeError, match=r"rank 0's collective yielded 5: a list of Handles"):
         run("mrc", 2, gen)
+
+
+def test_bounded_gather_estimates_lost_entries_from_own_input():
+    """bounded_gather: entries a rank did not get in the all-gather hold its own input x
+    size (an estimate of the sum); everything else is the sum of what arrived."""
+    size, n = 4, 6000
+    data = inputs(size, n, seed=3)
+    bufs = [d.copy() for d in data]
+    results = run("dblp", size, lambda c: transpose_allreduce(
+        c, bufs[c.rank], bound=LossBound(0.3), bounded_gather=True),
+        path=PathSpec(delay=10e-6, loss=0.15), seed=3)
+    assert any(r.gather_lost for r in results)
+    lost = merge_ranges([x for r in results for x in r.lost])
+    want = ref_sum(data)
+    for rank, (b, res) in enumerate(zip(bufs, results, strict=True)):
+        est = np.zeros(n, dtype=bool)
+        for a, z in res.gather_lost:
+            est[a:z] = True
+            np.testing.assert_array_equal(b[a:z], data[rank][a:z] * size)
+        keep = ~est
+        for a, z in lost:
+            keep[a:z] = False
+        np.testing.assert_array_equal(b[keep], want[keep])
+        assert not any(lo <= a < hi for a, _ in res.gather_lost
+                       for lo, hi in [block_bounds(n, size)[rank]])  # own block is exact
+
+
+def test_bounded_gather_off_keeps_replicas_identical_under_loss():
+    size, n = 3, 3000
+    bufs = [d.copy() for d in inputs(size, n, seed=4)]
+    results = run("dblp", size, lambda c: transpose_allreduce(c, bufs[c.rank],
+                                                              bound=LossBound(0.3)),
+                  path=PathSpec(delay=10e-6, loss=0.15), seed=4)
+    assert not any(r.gather_lost for r in results)
+    assert all(np.array_equal(b, bufs[0]) for b in bufs)
