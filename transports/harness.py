@@ -44,6 +44,9 @@ def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) ->
     if transport in ("mrc", "dblp"):
         c["paths"] = [[str(s) for s in p.segments[:-1]] for p in spec.paths(a, b)]
     elif transport == "rc":
+        if not hasattr(spec, "plane_address"):
+            raise EmuError("rc needs a single-DC fabric: its per-plane QP addresses are not "
+                           "routed across DCs (use mrc or dblp)")
         c["src_addr"] = str(spec.plane_address(a, lane))
         c["peer_addr"] = str(spec.plane_address(b, lane))
         c["sport"] = 49152 + conn  # one fixed 5-tuple: ECMP picks the spine

@@ -579,6 +579,9 @@ def _transport(t: _Table, fabric: FabricConfig, workload: WorkloadConfig,
                spec: MultiPlaneClos | ScaleAcross) -> TransportConfig:
     name = t.get_str("name", "mrc", TRANSPORTS)
     pipeline = workload.kind == "pipeline"
+    if name == "rc" and fabric.dcs > 1:
+        t.fail("name", "rc runs one QP per plane from per-plane host addresses, which only "
+               "single-DC fabrics route: use mrc, dblp or gloo across DCs", name)
     if pipeline and name == "gloo":
         t.fail("name", "gloo is not available for pipelines (they run over our transports: "
                "mrc, rc or dblp)", name)

@@ -232,6 +232,8 @@ def test_placement_spreads_over_racks_then_dcs():
     (doc(workload__kind="pipeline", workload__workers=2, transport__collective="ring"),
      ["transport.collective", "pipeline"]),
     (doc(workload__microbatches=2), ["workload.microbatches", "pipelines only"]),
+    (doc(fabric={"dcs": 2, "planes": 2, "spines": 2, "leaves": 2, "hosts_per_leaf": 1},
+         transport__name="rc"), ["transport.name = 'rc'", "single-DC"]),
     (doc(workload__kind="pipeline", workload__workers=4),
      ["workload.workers = 4", "at most 3 for a pipeline of digits_cnn"]),
     (doc(transport={"name": "dblp", "dblp": {"fill": "previous"}}),
