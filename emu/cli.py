@@ -145,7 +145,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     out = _out_dir(args, "demo")
     run_training_demo(out, say=_progress, steps=args.steps)
-    print(f"results: {out}/ (results.jsonl, steps.csv, evals.csv, events.csv, "
+    print(f"results: {out}/ (results.jsonl, steps.csv, job_steps.csv, evals.csv, events.csv, "
           "calibration.json, time_to_accuracy.png, step_timeline.png)")
     return 0
 

@@ -296,6 +296,9 @@ class TimelineRunner:
                         rec.update(handle.record())
             except Exception as e:  # noqa: BLE001 - a failed event is logged, the run goes on
                 rec["error"] = repr(e)
+            # When the change took effect: applying can take a while (a busiest-link
+            # sample, burst senders starting), and the failure is only active from here.
+            rec["applied"] = round(time.monotonic() - self.t0, 6)
             self.record(rec)
             if not restoring and "error" not in rec and self.after_apply is not None:
                 self._measure(ev.at, f)

@@ -44,8 +44,9 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
     fill = "error_feedback"        # transports.fill.FILLS
     tolerance = 0.05               # fixed only: 0.05; in [0, 1)
     base = 0.05                    # phase_aware only: every PhaseAwareConfig field
-    cap = 0.2                      #   (base, cap, critical_epochs, window, eta, lr_scaling,
-    critical_epochs = 2            #   accuracy_gain, begin_accuracy), its defaults and checks
+    cap = 0.2                      #   (base, cap, critical_epochs, window, eta, lr_scaling),
+    critical_epochs = 2            #   its defaults and checks; accuracy_gain and
+                                   #   begin_accuracy are refused (no accuracy signal)
     window = 10
     eta = 0.5
     deadline_ms = 50.0             # optional, > 0: every round's deadline (optireduce: the
@@ -72,7 +73,9 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
     eval_every = 10                # 10; steps between evaluations, >= 1
     compute = "measured"           # "measured" | "modelled"
     compute_ms = 20.0              # modelled only, optional (> 0): absent = measure one step's
-                                   # compute alone before the run (calibration)
+                                   # forward + backward alone before the run (calibration);
+                                   # pipelines: required, one microbatch's forward + backward
+                                   # on one stage
 
     [[event]]                      # optional failure timeline, the emu/timeline.py TOML format;
     at = 5.0                       # seconds from the start of training
@@ -544,6 +547,9 @@ def _workload(t: _Table, spec: MultiPlaneClos | ScaleAcross) -> WorkloadConfig:
     compute = t.get_str("compute", "measured", COMPUTE_MODES)
     if compute != "modelled":
         t.refuse("compute_ms", "with compute = 'measured' (only modelled compute takes a time)")
+    elif pipeline and not t.has("compute_ms"):
+        t.fail("compute_ms", "missing: a modelled pipeline needs it (one microbatch's forward "
+               "+ backward on one stage, in ms; it is not measured for stages)")
     return WorkloadConfig(
         kind=kind, model=model, workers=workers, hosts=hosts, steps=steps, batch_size=batch,
         microbatches=microbatches, lr=t.get_number("lr", 0.05, 0.0, lo_open=True),
@@ -612,6 +618,13 @@ def _transport(t: _Table, fabric: FabricConfig, workload: WorkloadConfig,
             if len({spec.dc_of(h) for h in hosts}) < 2:
                 t.fail("collective", "'hierarchical' needs workers in at least two DCs "
                        "(workload.hosts are all in one)", collective)
+            per_dc: dict[int, int] = {}
+            for h in hosts:
+                per_dc[spec.dc_of(h)] = per_dc.get(spec.dc_of(h), 0) + 1
+            if len(set(per_dc.values())) > 1:
+                t.fail("collective", "'hierarchical' needs the same number of workers in every "
+                       f"DC it uses, not {dict(sorted(per_dc.items()))} (workers per DC)",
+                       collective)
     dblp = _dblp(t.table("dblp", _DBLP)) if name == "dblp" else None
     return TransportConfig(name=name, collective=collective, dblp=dblp)
 
@@ -651,8 +664,12 @@ def _phase(t: _Table) -> PhaseAwareConfig:
         "window": t.get_int("window", d.window, 1),
         "eta": t.get_number("eta", d.eta, 0.0, lo_open=True),
         "lr_scaling": t.get_bool("lr_scaling", d.lr_scaling),
-        "accuracy_gain": t.get_number("accuracy_gain", d.accuracy_gain, 0.0, 1.0, lo_open=True),
-        "begin_accuracy": t.get_number("begin_accuracy", d.begin_accuracy, 0.0, 1.0),
+        # The training loop does not feed accuracy to the policy (only rank 0 evaluates,
+        # and every rank must pick the same bound): the accuracy-driven phase is off.
+        "accuracy_gain": t.refuse("accuracy_gain", "in a training run (the policy gets no "
+                                  "accuracy signal: only rank 0 evaluates)") or None,
+        "begin_accuracy": t.refuse("begin_accuracy", "in a training run (the policy gets no "
+                                   "accuracy signal)") or d.begin_accuracy,
     }
     missing = set(_PHASE_FIELDS) - set(values)
     assert not missing, f"PhaseAwareConfig fields not read here: {sorted(missing)}"

@@ -22,6 +22,7 @@ the tolerance, the delivered fraction and the lost entries.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -77,89 +78,115 @@ class GradSync:
             else:
                 raise ValueError(f"dblp policy {dblp.policy!r}: use phase_aware, fixed or "
                                  "optireduce")
-        self.signals: Signals | None = None
-        self.residual: np.ndarray | None = None  # error feedback: what did not arrive
-        self.last_norm = 0.0
+        self.residual: dict[int, np.ndarray] = {}  # error feedback per bucket: not arrived
+        self.last_norm: float | None = None  # the averaged gradient's norm, last step
+        self._norm_sq = 0.0  # this step's, summed over buckets
+        self._bound: LossBound | None = None  # this step's (every bucket, every rank)
+        self._bound_rec: dict = {}
         self.rounds: list[dict] = []
 
     def set_signals(self, step: int, epoch: int, lr: float) -> None:
-        """What the loop knows before this step's exchange (the norm is the last round's)."""
-        self.signals = Signals(step=step, epoch=epoch, lr=lr, grad_norm=self.last_norm)
+        """What the loop knows before this step's exchange; fixes the step's loss bound.
 
-    def _bound(self) -> tuple[LossBound | None, dict]:
+        The policy sees the norm of the previous step's averaged gradient, identical on
+        every rank, so all ranks pick the same bound. Before any norm exists (the first
+        step) the round is reliable.
+        """
+        if self._norm_sq > 0 or self.rounds:
+            self.last_norm = math.sqrt(self._norm_sq)
+        self._norm_sq = 0.0
         d = self.dblp
         if d is None:
-            return None, {}
-        if d.policy == "optireduce":  # every chunk wanted, the round ends at the deadline
+            self._bound, self._bound_rec = None, {}
+        elif d.policy == "optireduce":  # every chunk wanted, the round ends at the deadline
             dl = self.deadline.deadline_s
-            return LossBound(0.0, dl, d.fill), {"tolerance": 0.0, "why": "deadline",
-                                                "deadline_s": dl}
-        assert self.signals is not None, "set_signals() must run before each step"
-        rec = self.policy.update(self.signals)
-        return LossBound(rec["tolerance"], d.deadline_s, d.fill), rec
+            self._bound = LossBound(0.0, dl, d.fill)
+            self._bound_rec = {"tolerance": 0.0, "why": "deadline", "deadline_s": dl}
+        elif self.last_norm is None:
+            self._bound = LossBound(0.0, d.deadline_s, d.fill)
+            self._bound_rec = {"tolerance": 0.0, "why": "no_signal_yet"}
+        else:
+            self._bound_rec = self.policy.update(
+                Signals(step=step, epoch=epoch, lr=lr, grad_norm=self.last_norm))
+            self._bound = LossBound(self._bound_rec["tolerance"], d.deadline_s, d.fill)
 
     def hook(self, state: Any, bucket: Any) -> torch.futures.Future:
         """DDP comm hook: average ``bucket.buffer()`` in place; a completed future."""
         buf = bucket.buffer()
-        rec = self.exchange(buf)
+        rec = self.exchange(buf, bucket.index())
         rec["bucket"] = bucket.index()
         fut: torch.futures.Future = torch.futures.Future()
         fut.set_result(buf)
         return fut
 
-    def exchange(self, buf: torch.Tensor) -> dict:
+    def exchange(self, buf: torch.Tensor, bucket: int = 0) -> dict:
         """Average ``buf`` (a flat float32 tensor) over the ranks in place; the round record."""
         t_enter = time.monotonic()
         rec: dict = {"t_enter": t_enter}
+        own_sq = None
         if self.backend == "gloo":
             self.pg.allreduce([buf]).wait()
             buf.div_(self.world)
             # What a ring all-reduce sends per rank (gloo picks its own algorithm).
             rec["bytes"] = int(2 * (self.world - 1) / self.world * buf.numel() * 4)
-        else:
+        elif self._bound is not None:
             arr = buf.numpy()
-            bound, prec = self._bound()
-            if bound is not None:
-                rec.update(tolerance=prec["tolerance"], why=prec.get("why"))
-                ef = self.dblp.fill == "error_feedback"
-                if ef:
-                    if self.residual is None or self.residual.size != arr.size:
-                        self.residual = np.zeros(arr.size, dtype=np.float32)
-                    arr += self.residual
-                # A lost contribution counts as zero in the sum (zeros fill); with error
-                # feedback its sender adds it to its next round, so nothing is lost.
-                res = drive(collectives.transpose_allreduce(
-                    self.comm, arr, average=False, bound=bound,
-                    bounded_gather=self.dblp.bounded_gather), self.comm)
-                arr /= self.world
-                if ef:
-                    self.residual[:] = 0.0
-                    if res.sent_values is not None:
-                        for lo, hi in res.unsent:
-                            self.residual[lo:hi] = res.sent_values[lo:hi]
-                rec.update(delivered=min(res.delivered, default=1.0),
-                           lost_entries=res.lost_pairs,
-                           estimated_entries=sum(b - a for a, b in res.gather_lost))
-                if self.deadline is not None:
-                    self._agree_deadline(time.monotonic() - t_enter,
-                                         min(res.delivered, default=1.0))
-            else:
-                res = drive(self._reliable(arr), self.comm)
-                rec.update(delivered=1.0, lost_entries=0)
+            bound, d = self._bound, self.dblp
+            rec.update(tolerance=self._bound_rec["tolerance"], why=self._bound_rec.get("why"))
+            ef = d.fill == "error_feedback"
+            if ef:
+                res_buf = self.residual.get(bucket)
+                if res_buf is None or res_buf.size != arr.size:
+                    res_buf = self.residual[bucket] = np.zeros(arr.size, dtype=np.float32)
+                arr += res_buf
+            # A lost contribution counts as zero in the sum (zeros fill); with error
+            # feedback its sender adds it to its next round, so nothing is lost.
+            res = drive(collectives.transpose_allreduce(
+                self.comm, arr, average=False, bound=bound,
+                bounded_gather=d.bounded_gather), self.comm)
+            arr /= self.world
+            if ef:
+                res_buf[:] = 0.0
+                if res.sent_values is not None:
+                    for lo, hi in res.unsent:
+                        res_buf[lo:hi] = res.sent_values[lo:hi]
+            rec.update(delivered=min(res.delivered, default=1.0), lost_entries=res.lost_pairs,
+                       estimated_entries=sum(b - a for a, b in res.gather_lost))
+            rec["bytes"] = res.bytes_sent
+            if d.bounded_gather:
+                # Entries estimated locally differ between ranks: the norm the policy
+                # sees must come from values every rank shares (each owner's block).
+                own_sq = self._shared_norm_sq(arr)
+            if self.deadline is not None:
+                self._agree_deadline(time.monotonic() - t_enter,
+                                     min(res.delivered, default=1.0))
+        else:
+            res = drive(self._reliable(buf.numpy()), self.comm)
+            rec.update(delivered=1.0, lost_entries=0)
             rec["bytes"] = res.bytes_sent
         rec["t_exit"] = time.monotonic()
-        self.last_norm = float(torch.linalg.vector_norm(buf))
+        self._norm_sq += own_sq if own_sq is not None else float(
+            torch.linalg.vector_norm(buf)) ** 2
         self.rounds.append(rec)
         return rec
 
+    def _shared_norm_sq(self, arr: np.ndarray) -> float:
+        """The squared norm of ``arr`` from each owner's exact block, all-gathered."""
+        lo, hi = collectives.block_bounds(arr.size, self.world)[self.comm.rank]
+        sq = np.zeros(self.world, dtype=np.float32)
+        sq[self.comm.rank] = np.dot(arr[lo:hi], arr[lo:hi])
+        drive(collectives.all_gather(self.comm, sq), self.comm)
+        return float(np.sum(sq, dtype=np.float64))
+
     def _agree_deadline(self, elapsed_s: float, ratio: float) -> None:
         """OptiReduce: every rank proposes elapsed / completion ratio; the next round's
-        deadline is the median proposal (exchanged with a reliable all-gather)."""
+        deadline is the median proposal, computed by every rank from the same gathered
+        (float32) proposals, so all agree to the bit."""
         props = np.zeros(self.world, dtype=np.float32)
         props[self.comm.rank] = self.deadline.propose(elapsed_s, ratio)
         drive(collectives.all_gather(self.comm, props), self.comm)
-        peers = [float(p) for i, p in enumerate(props) if i != self.comm.rank]
-        self.deadline.update(elapsed_s, ratio, peers)
+        cfg = self.deadline.cfg
+        self.deadline.deadline_s = min(cfg.max_s, max(cfg.min_s, float(np.median(props))))
 
     def _reliable(self, arr: np.ndarray):
         if self.collective == "hierarchical":

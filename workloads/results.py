@@ -5,7 +5,8 @@
 crash keeps everything recorded so far, and the file can be read (``read_jsonl``) while
 the run still writes it. The writer is thread-safe (timeline events arrive from the
 timeline runner's thread). ``finish()`` derives, from the JSONL alone, ``steps.csv``,
-``evals.csv``, ``events.csv`` and ``calibration.json``.
+``job_steps.csv`` (when the runner wrote job steps), ``evals.csv``, ``events.csv`` and
+``calibration.json``.
 
 Records (every one has ``type``; ``label`` names the variant a record belongs to, e.g.
 ``"mrc"`` or ``"dblp_phase_aware"``, so one run can compare several; ``rep`` is the
@@ -21,12 +22,21 @@ repetition). Non-finite floats are written as null.
 ``step``
     one per rank and step: ``rep, rank, step, t_s`` (seconds from training start at the
     *end* of the step, so the step spans ``[t_s - step_s, t_s]``), ``compute_s, comm_s``
-    (the step's collective, start to end), ``exposed_comm_s`` (the part of it not hidden
-    behind compute), ``step_s, loss, lr, tolerance, delivered`` (fraction of the
-    gradient that arrived), ``lost_entries`` (gradient values filled in), ``mode`` (how
-    the round ran, e.g. "reliable" or the tolerance policy's reason); optionally
-    ``bytes`` (bytes this rank sent in the step's collective, overriding the label's
-    ``bytes_per_step``).
+    (the step's collective on this rank, start to end: it includes waiting for slower
+    ranks), ``step_s, loss, lr, tolerance, delivered`` (fraction of the gradient that
+    arrived), ``lost_entries`` (gradient values filled in), ``estimated_entries``
+    (values estimated locally: bounded all-gather), ``mode`` (how the round ran:
+    "reliable" or the tolerance policy's reason), ``t_enter, t_exit, start, end``
+    (CLOCK_MONOTONIC) and ``bytes`` (what this rank sent in the step's collective,
+    overriding the label's ``bytes_per_step``).
+``job_step``
+    one per step, written by the runner once every rank's ``step`` is in: the job's
+    view. ``step_s`` (from the slowest rank's end of the previous step to its end of
+    this one, evaluation excluded), ``compute_s`` (median over ranks; a pipeline: the
+    busiest stage), ``exposed_comm_s`` (from the last rank's entry into the exchange to
+    the last exit: waiting for a slower rank's compute is not charged to the network),
+    ``loss`` (mean over ranks), ``delivered`` (min), ``lost_entries`` (sum), ``bytes``
+    (sum) and ``rank_bytes`` (max). Calibration uses these when present.
 ``eval``
     ``rep, step, t_s, accuracy, loss`` (accuracy None for language models).
 ``event``
@@ -63,8 +73,9 @@ emulated run; per label, all times in seconds)::
 Definitions (functions of the same names compute them from records; all unit-tested):
 
 * **Failure windows** (``failure_windows``): an ``apply`` event opens a window at its
-  ``fired`` time (``at`` if absent); the next ``restore`` (or ``restore_at_stop``) of the
-  same failure (same ``kind`` and fields) closes it; a window never closed lasts to the
+  ``applied`` time (when apply returned; else ``fired``, else ``at``); the next
+  ``restore`` (or ``restore_at_stop``) of the same failure (same ``kind`` and fields)
+  closes it; a window never closed lasts to the
   end of the run (``end_s`` null). Applies that failed (``error``) open none. Windows of
   kind ``microburst`` are *burst windows*. A step overlaps a window of its repetition
   when ``t_s - step_s < end`` and ``t_s > start``; a *healthy* step overlaps none.
@@ -127,8 +138,10 @@ __all__ = [
 
 CALIBRATION_FORMAT = "scaleacross-emu/calibration/1"
 RECORD_TYPES = ("meta", "step", "eval", "event", "error", "summary")
-STEP_FIELDS = ("label", "rep", "rank", "step", "t_s", "compute_s", "comm_s", "exposed_comm_s",
-               "step_s", "loss", "lr", "tolerance", "delivered", "lost_entries", "mode")
+STEP_FIELDS = ("label", "rep", "rank", "step", "t_s", "compute_s", "comm_s", "step_s",
+               "loss", "lr", "tolerance", "delivered", "lost_entries", "mode")
+JOB_STEP_FIELDS = ("label", "rep", "step", "t_s", "step_s", "compute_s", "exposed_comm_s",
+                   "loss", "tolerance", "delivered", "lost_entries")
 EVAL_FIELDS = ("label", "rep", "step", "t_s", "accuracy", "loss")
 EVENT_FIELDS = ("label", "rep", "t_s", "action", "kind", "at", "fired", "late_ms", "error")
 BURST_KIND = "microburst"
@@ -137,7 +150,7 @@ _RECORD_TYPE = re.compile(r"[a-z][a-z0-9_]*")
 # Keys of an event record that say when/what happened rather than which failure it is.
 _EVENT_BOOKKEEPING = frozenset({"chosen", "chosen_tx_packets", "uplinks_tx_packets",
                                 "type", "label", "rep", "t_s", "at", "fired", "late_ms",
-                                "action", "error"})
+                                "action", "error", "applied"})
 _PACKAGES = ("scaleacross-emu", "torch", "numpy", "matplotlib", "scikit-learn", "pyroute2",
              "scapy")
 
@@ -329,6 +342,8 @@ class ResultsWriter:
         for r in records:
             by_type.setdefault(r.get("type", ""), []).append(r)
         write_csv(self.out_dir / "steps.csv", by_type["step"], STEP_FIELDS)
+        if by_type.get("job_step"):
+            write_csv(self.out_dir / "job_steps.csv", by_type["job_step"], JOB_STEP_FIELDS)
         write_csv(self.out_dir / "evals.csv", by_type["eval"], EVAL_FIELDS)
         write_csv(self.out_dir / "events.csv", by_type["event"], EVENT_FIELDS)
         cal = calibration(records, rtt_s=rtt_s)
@@ -417,8 +432,12 @@ def failure_windows(events: Iterable[Mapping[str, Any]]) -> list[Window]:
 
 
 def _when(ev: Mapping[str, Any]) -> float:
-    t = ev.get("fired")
-    return float(t if t is not None else ev.get("at", 0.0))
+    # ``applied``: when the change took effect (the timeline runner records it after
+    # apply/restore returned); older records have only ``fired``.
+    for key in ("applied", "fired", "at"):
+        if ev.get(key) is not None:
+            return float(ev[key])
+    return 0.0
 
 
 def _window(ap: Mapping[str, Any], ident: Mapping[str, Any], end: float) -> Window:
@@ -531,6 +550,18 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return statistics.fmean(vs) if vs else None
 
 
+def _rounds(records: Sequence[Mapping[str, Any]], label: Any) -> list[dict]:
+    """The rounds calibration is computed from: the runner's ``job_step`` records when
+    there are any (the job's step, evaluation excluded; its network time is
+    ``exposed_comm_s``, measured from the last rank's entry, and ``rank_bytes`` what one
+    rank sent), else the per-rank ``step`` records as they are."""
+    jobs = [r for r in records if r.get("type") == "job_step" and r.get("label") == label]
+    if jobs:
+        return [{**j, "comm_s": j.get("exposed_comm_s"), "bytes": j.get("rank_bytes"),
+                 "rank": 0} for j in jobs]
+    return [dict(r) for r in records if r.get("type") == "step" and r.get("label") == label]
+
+
 def calibration(records: Iterable[Mapping[str, Any]], rtt_s: float | None = None) -> dict:
     """The calibration record of a run from its records (format in the module docstring).
 
@@ -540,14 +571,14 @@ def calibration(records: Iterable[Mapping[str, Any]], rtt_s: float | None = None
     records = list(records)
     metas = {r.get("label"): r for r in records if r.get("type") == "meta"}
     labels = list(dict.fromkeys(r.get("label") for r in records
-                                if r.get("type") in ("meta", "step")))
+                                if r.get("type") in ("meta", "step", "job_step")))
     events = [r for r in records if r.get("type") == "event"]
     experiment = next((m.get("experiment", {}).get("name") for m in metas.values()
                        if isinstance(m.get("experiment"), Mapping)), None)
     variants: dict[str, Any] = {}
     for label in labels:
         meta = metas.get(label, {})
-        steps = [r for r in records if r.get("type") == "step" and r.get("label") == label]
+        steps = _rounds(records, label)
         windows = failure_windows(e for e in events if e.get("label") in (label, None))
         rtt = meta.get("rtt_s") if meta.get("rtt_s") is not None else rtt_s
         transport = meta.get("transport")

@@ -69,7 +69,7 @@ def worker_configs(exp: Experiment, seed: int, compute_ms: float | None) -> list
     if t.dblp is not None:
         d = t.dblp
         dblp = {"policy": d.policy, "tolerance": d.tolerance, "fill": d.fill,
-                "deadline_s": d.deadline_s, "margin_s": (d.margin_ms or 1.0) / 1000,
+                "deadline_s": d.deadline_s, "margin_s": d.optireduce_config().margin_s,
                 "bounded_gather": d.bounded_gather,
                 "phase": None if d.phase is None else {
                     k: getattr(d.phase, k) for k in d.phase.__dataclass_fields__}}
@@ -120,16 +120,21 @@ class _Job:
             p = subprocess.Popen(
                 ["nsenter", f"--net=/run/netns/{fab.netns(cfg['host'])}", sys.executable, "-m",
                  "workloads.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, env=env)
+                stderr=subprocess.PIPE, text=True, env=env,
+                # Out of the terminal's process group: Ctrl-C reaches the runner, which
+                # ends the workers itself (they would otherwise each report an error).
+                start_new_session=True)
             p.stdin.write(json.dumps(cfg) + "\n")
             p.stdin.flush()
             self.procs.append(p)
         self.threads = []
+        self.readers = []
         for r, p in enumerate(self.procs):
             for target in (partial(self._read, r, p), partial(self._drain, r, p)):
                 t = threading.Thread(target=target, daemon=True)
                 t.start()
                 self.threads.append(t)
+            self.readers.append(self.threads[-2])
 
     def _read(self, rank: int, p: subprocess.Popen) -> None:
         for line in p.stdout:
@@ -144,7 +149,12 @@ class _Job:
                 with self.lock:
                     self.failed = self.failed or rec
                 self.ready[rank].set()
-            self.on_record(rec)
+            try:
+                self.on_record(rec)
+            except Exception as e:  # noqa: BLE001 - the run ends with it; keep draining
+                why = f"recording a {rec.get('type')} record failed: {e!r}"
+                with self.lock:
+                    self.failed = self.failed or {"rank": rank, "error": why}
         self.ready[rank].set()  # the worker exited (a crash before ready shows in returncode)
 
     def _drain(self, rank: int, p: subprocess.Popen) -> None:
@@ -179,7 +189,8 @@ class _Job:
             codes = [p.poll() for p in self.procs]
             bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if self.failed or bad:
-                time.sleep(0.2)  # let the reader pick up the error record
+                for r in bad:  # its reader ends at EOF, after the error record
+                    self.readers[r].join(5.0)
                 raise EmuError(self._why(bad[0] if bad else 0))
             if all(c == 0 for c in codes):
                 for t in self.threads:
@@ -215,7 +226,7 @@ def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: ResultsWriter,
         rec.setdefault("label", label)
         if kind == "step":
             job_step = agg.add(rec)
-            rec["exposed_comm_s"] = None
+            rec["mode"] = rec.pop("why", None) or "reliable"
             writer.write("step", rep=rep, **rec)
             if job_step is not None:
                 writer.write("job_step", rep=rep, label=label, **job_step)
@@ -298,7 +309,8 @@ class StepAggregator:
                "delivered": min(r.get("delivered", 1.0) for r in recs),
                "lost_entries": sum(r.get("lost_entries", 0) for r in recs),
                "tolerance": recs[0].get("tolerance"), "why": recs[0].get("why"),
-               "bytes": sum(r.get("bytes", 0) for r in recs)}
+               "bytes": sum(r.get("bytes", 0) for r in recs),
+               "rank_bytes": max(r.get("bytes", 0) for r in recs)}
         self.prev_end = end
         return out
 
@@ -381,6 +393,8 @@ def report(out_dir: Path, exp: Experiment, labels: list[str], say: Say = print) 
     for k in dict.fromkeys(kinds):
         cols += [f"{k}_worst_ms", f"{k}_lost_s"]
     cols += ["time_to_target_s", "final_" + metric]
+    if any(s.get("compute_overruns") for s in summaries):
+        cols.append("compute_overruns")
     if any(s.get("delivered_min", 1) < 1 for s in summaries):
         cols.append("delivered_min")
     say(plots.comparison_table([{c: s.get(c) for c in cols} for s in summaries]))

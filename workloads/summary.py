@@ -57,8 +57,13 @@ def summarize(records: list[Mapping[str, Any]], label: str, rep: int = 0,
         delivered_min=min(r.get("delivered", 1.0) for r in steps),
         **_per_kind(steps, windows, med),
         lost_entries=sum(r.get("lost_entries", 0) for r in steps),
-        tolerance_zero_rounds=sum(1 for r in steps if not r.get("tolerance")),
     )
+    if any(r.get("tolerance") is not None for r in steps):  # bounded-loss (DBLP) rounds
+        out["tolerance_zero_rounds"] = sum(1 for r in steps if r.get("tolerance") == 0)
+    overruns = [r.get("overruns", 0) for r in _of(records, "worker_done", label, rep)]
+    if overruns:
+        out["compute_overruns"] = sum(overruns)  # modelled compute: steps whose real compute
+        # took longer than the model (0 in measured mode)
     if evals:
         last = evals[-1]
         out["final_" + metric] = last.get(metric)

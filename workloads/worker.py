@@ -21,7 +21,9 @@ Compute modes (timing honesty on a shared 2-core machine): ``measured`` takes
 each step's compute time as it is; ``modelled`` pads each step's compute (the
 forward and backward before the exchange) to ``compute_ms`` with a sleep, so
 every step costs what the model says while gradients stay real; a step whose
-real compute overran the model is counted (``overrun``).
+real compute overran the model is counted (``overruns``). In a pipeline,
+``compute_ms`` is one microbatch's forward + backward on one stage: the forward
+is padded to a third of it, the backward to two thirds.
 
 Pipeline parallel (``kind = "pipeline"``): rank k holds stage k of the model;
 each step runs ``microbatches`` forwards through the stages (activations sent
@@ -110,14 +112,16 @@ class Pacer:
         self.model_s = (cfg.get("compute_ms") or 0.0) / 1000
         self.overruns = 0
 
-    def pad(self, started: float) -> float:
-        """Called when compute ends: sleeps to the modelled duration; the real compute time."""
+    def pad(self, started: float, share: float = 1.0) -> float:
+        """Called when compute ends: sleeps to ``share`` of the modelled duration; returns
+        the real compute time."""
         real = time.monotonic() - started
         if self.modelled:
-            if real > self.model_s:
+            model = self.model_s * share
+            if real > model:
                 self.overruns += 1
             else:
-                time.sleep(self.model_s - real)
+                time.sleep(model - real)
         return real
 
 
@@ -138,11 +142,13 @@ def run_data_parallel(cfg: dict) -> None:
                     dblp=dblp)
     pacer = Pacer(cfg)
     ddp = DDP(model, process_group=pg, broadcast_buffers=False, bucket_cap_mb=256)
-    state = {"compute_started": 0.0, "real": 0.0}
+    state = {"compute_started": 0.0, "real": 0.0, "padded": False}
 
     def hook(st, bucket):
-        # Compute (forward, backward) ends where the exchange starts.
-        state["real"] = pacer.pad(state["compute_started"])
+        # Compute (forward, backward) ends where the step's first exchange starts.
+        if not state["padded"]:
+            state["real"] = pacer.pad(state["compute_started"])
+            state["padded"] = True
         return sync.hook(st, bucket)
 
     ddp.register_comm_hook(None, hook)
@@ -159,6 +165,7 @@ def run_data_parallel(cfg: dict) -> None:
             x, y = shards.batch(step)
             start = time.monotonic()
             state["compute_started"] = start
+            state["padded"] = False
             n_rounds = len(sync.rounds)
             loss = task.loss_fn(ddp(x), y)
             loss.backward()
@@ -255,8 +262,8 @@ def run_pipeline(cfg: dict) -> None:
 
 
 def measure_compute(cfg: dict, steps: int = 30) -> float:
-    """Median seconds of one data-parallel rank's forward + backward + optimizer step,
-    alone in this process on one thread (the ``modelled`` mode's default duration)."""
+    """Median seconds of one data-parallel rank's forward + backward, alone in this
+    process on one thread (the ``modelled`` mode's default duration)."""
     import torch
 
     from workloads.models import build
@@ -264,15 +271,15 @@ def measure_compute(cfg: dict, steps: int = 30) -> float:
     model, task = build(cfg["model"], cfg["seed"])
     shards = task.shards(0, cfg["size"], cfg["batch_size"])
     opt = task.optimizer(model.parameters())
+    torch.set_num_threads(1)
     times = []
     for step in range(steps):
         x, y = shards.batch(step)
         start = time.monotonic()
-        task.loss_fn(model(x), y).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        task.loss_fn(model(x), y).backward()  # what the pad covers: forward + backward
         times.append(time.monotonic() - start)
-    torch.set_num_threads(1)
+        opt.step()  # outside the pad (measured as it runs in the loop)
+        opt.zero_grad(set_to_none=True)
     times.sort()
     return times[len(times) // 2]
 

@@ -133,8 +133,12 @@ def test_dblp_defaults_per_policy():
 
 def test_pipeline_defaults_and_modelled_compute():
     exp = ex.parse(doc(workload__kind="pipeline", workload__model="tiny_lm",
-                       workload__compute="modelled", workload__workers=2))
-    assert exp.workload.microbatches == 4 and exp.workload.compute_ms is None
+                       workload__compute="modelled", workload__workers=2,
+                       workload__compute_ms=12.0))
+    assert exp.workload.microbatches == 4 and exp.workload.compute_ms == 12.0
+    with pytest.raises(EmuError, match="compute_ms is invalid: missing: a modelled pipeline"):
+        ex.parse(doc(workload__kind="pipeline", workload__model="tiny_lm",
+                     workload__compute="modelled", workload__workers=2))
 
 
 def test_placement_spreads_over_racks_then_dcs():
@@ -232,6 +236,11 @@ def test_placement_spreads_over_racks_then_dcs():
     (doc(workload__kind="pipeline", workload__workers=2, transport__collective="ring"),
      ["transport.collective", "pipeline"]),
     (doc(workload__microbatches=2), ["workload.microbatches", "pipelines only"]),
+    (doc(transport={"name": "dblp", "dblp": {"accuracy_gain": 0.07}}),
+     ["transport.dblp.accuracy_gain", "no accuracy signal"]),
+    (doc(fabric={"dcs": 2, "planes": 2, "spines": 2, "leaves": 2, "hosts_per_leaf": 2},
+         transport__collective="hierarchical", workload__workers=3, workload__batch_size=63),
+     ["transport.collective = 'hierarchical'", "same number of workers in every DC"]),
     (doc(fabric={"dcs": 2, "planes": 2, "spines": 2, "leaves": 2, "hosts_per_leaf": 1},
          transport__name="rc"), ["transport.name = 'rc'", "single-DC"]),
     (doc(workload__kind="pipeline", workload__workers=4),

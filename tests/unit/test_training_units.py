@@ -124,3 +124,29 @@ def test_worker_configs_plan_connections_per_transport():
     assert len(lanes) == spec.planes and len({c["conn"] for c in lanes}) == spec.planes
     gloo = worker_configs(experiment.with_overrides(exp, {"transport.name": "gloo"}), 1, None)
     assert gloo[0]["conns"] == {} and gloo[0]["master_addr"] == str(spec.address(cfgs[0]["host"]))
+
+
+def test_gradsync_bound_needs_a_norm_and_ignores_a_steady_one():
+    """Round 0 has no gradient-norm signal: reliable. A steady norm afterwards never
+    looks like a critical regime (no spurious lossless window)."""
+    from workloads.gradsync import DblpOptions, GradSync
+
+    sync = GradSync("transport", 4, comm=None, dblp=DblpOptions(
+        policy="phase_aware", phase={"base": 0.1, "cap": 0.1, "critical_epochs": 0,
+                                     "window": 5, "eta": 0.5}))
+    whys = []
+    for step in range(30):
+        sync.set_signals(step, 0, 0.1)
+        whys.append(sync._bound_rec["why"])
+        assert sync._bound.tolerance == (0.0 if step == 0 else 0.1)
+        sync._norm_sq += 4.0  # what exchange() adds: this step's averaged-gradient norm^2
+        sync.rounds.append({})
+    assert whys[0] == "no_signal_yet" and "critical_regime" not in whys
+    assert sync.last_norm == pytest.approx(2.0)
+    # a jump of the norm by more than eta: the next window is lossless
+    for step in range(30, 45):
+        sync.set_signals(step, 0, 0.1)
+        whys.append(sync._bound_rec["why"])
+        sync._norm_sq += 100.0
+        sync.rounds.append({})
+    assert "critical_regime" in whys[30:]
