@@ -100,11 +100,13 @@ class LinkDown:
 
 @dataclass(frozen=True)
 class BusiestUplinkDown:
-    """Cut the leaf-spine link of ``leaf`` that carries the most traffic into the rack.
+    """Cut the leaf-spine link carrying the most traffic into a rack.
 
-    Which spine an ECMP flow hashes to is the kernel's (randomly seeded) choice, so
-    a fixed link may carry none of a job's flows; this cuts the one that carries the
-    most: the packets the leaf's spine ports *received* are sampled ``sample_s``
+    ``leaf`` names one leaf ("p0l0") or several, comma-separated ("p0l0,p1l0": the
+    rack's leaves on both planes). Which spine an ECMP flow hashes to is the kernel's
+    (randomly seeded) choice, and which plane a host sends on is ECMP's too, so a
+    fixed link may carry none of a job's flows; this cuts the one that carries the
+    most: the packets the leaves' spine ports *received* are sampled ``sample_s``
     apart and the link with the largest increase goes down. Traffic into the rack is
     what a cut hurts longest under ECMP: the leaf reroutes its own uplink traffic at
     once, but the spine has no other way down to this rack and every remote leaf
@@ -115,20 +117,29 @@ class BusiestUplinkDown:
     leaf: str
     sample_s: float = 0.2
 
+    def leaves(self) -> list[str]:
+        return [n.strip() for n in self.leaf.split(",") if n.strip()]
+
     def validate(self, spec: MultiPlaneClos) -> None:
-        try:
-            node = spec.node(self.leaf)
-        except TopologyError as e:
-            raise EmuError(str(e)) from None
-        if node.role is not Role.LEAF:
-            raise EmuError(f"{self.leaf!r} is not a leaf (e.g. 'p0l0')")
+        if not self.leaves():
+            raise EmuError(f"leaf={self.leaf!r}: name a leaf, e.g. 'p0l0' or 'p0l0,p1l0'")
+        for name in self.leaves():
+            try:
+                node = spec.node(name)
+            except TopologyError as e:
+                raise EmuError(str(e)) from None
+            if node.role is not Role.LEAF:
+                raise EmuError(f"{name!r} is not a leaf (e.g. 'p0l0')")
         if not 0 < self.sample_s <= 10:
             raise EmuError(f"sample_s={self.sample_s!r} must be in (0, 10] seconds")
 
     def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
-        return tuple(lk for lk in _links_of_switch(spec, self.leaf)
-                     if spec.node(lk.b.node if lk.a.node == self.leaf else lk.a.node).role
-                     is Role.SPINE)
+        out = []
+        for leaf in self.leaves():
+            out += [lk for lk in _links_of_switch(spec, leaf)
+                    if spec.node(lk.b.node if lk.a.node == leaf else lk.a.node).role
+                    is Role.SPINE]
+        return tuple(out)
 
     def apply(self, fab: Fabric) -> ChosenLink:
         import time
@@ -136,16 +147,18 @@ class BusiestUplinkDown:
         from emu.counters import interface_packets
 
         ups = self.links(fab.spec)
-        port = {lk.name: (lk.a if lk.a.node == self.leaf else lk.b).ifname for lk in ups}
-        k = fab.kernels[self.leaf]
-        before = interface_packets(k)
+        leaves = self.leaves()
+        # (leaf, its port) of every link
+        port = {lk.name: (lk.a if lk.a.node in leaves else lk.b) for lk in ups}
+        before = {leaf: interface_packets(fab.kernels[leaf]) for leaf in leaves}
         time.sleep(self.sample_s)
-        after = interface_packets(k)
-        tx = {name: after[i][0] - before[i][0] for name, i in port.items()}  # received
-        name = max(tx, key=lambda n: tx[n])
+        after = {leaf: interface_packets(fab.kernels[leaf]) for leaf in leaves}
+        rx = {name: after[p.node][p.ifname][0] - before[p.node][p.ifname][0]
+              for name, p in port.items()}
+        name = max(rx, key=lambda n: rx[n])
         chosen = next(lk for lk in ups if lk.name == name)
         _set_links_state(fab, (chosen,), up=False)
-        return ChosenLink(name, tx[name], sum(tx.values()))
+        return ChosenLink(name, rx[name], sum(rx.values()))
 
     def restore(self, fab: Fabric, handle: object = None) -> None:
         if isinstance(handle, ChosenLink):
@@ -157,16 +170,16 @@ class BusiestUplinkDown:
 
 @dataclass(frozen=True)
 class ChosenLink:
-    """What ``BusiestUplinkDown`` cut, and the packets the leaf received on it and on all
-    its spine links during the sample."""
+    """What ``BusiestUplinkDown`` cut, and the packets the leaves received on it and on
+    all their spine links during the sample."""
 
     link: str
-    tx_packets: int
-    uplinks_tx_packets: int
+    rx_packets: int
+    all_rx_packets: int
 
     def record(self) -> dict:
-        return {"chosen": self.link, "chosen_tx_packets": self.tx_packets,
-                "uplinks_tx_packets": self.uplinks_tx_packets}
+        return {"chosen": self.link, "chosen_rx_packets": self.rx_packets,
+                "all_rx_packets": self.all_rx_packets}
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,8 @@ def fail_link(link: str) -> LinkDown:
 
 
 def fail_busiest_uplink(leaf: str) -> BusiestUplinkDown:
-    """Cut the leaf-spine link of ``leaf`` carrying the most traffic into the rack."""
+    """Cut the leaf-spine link carrying the most traffic into the rack of ``leaf`` (one
+    leaf, or several comma-separated: "p0l0,p1l0")."""
     return BusiestUplinkDown(leaf)
 
 

@@ -148,7 +148,7 @@ BURST_KIND = "microburst"
 _RECORD_TYPE = re.compile(r"[a-z][a-z0-9_]*")
 
 # Keys of an event record that say when/what happened rather than which failure it is.
-_EVENT_BOOKKEEPING = frozenset({"chosen", "chosen_tx_packets", "uplinks_tx_packets",
+_EVENT_BOOKKEEPING = frozenset({"chosen", "chosen_rx_packets", "all_rx_packets",
                                 "type", "label", "rep", "t_s", "at", "fired", "late_ms",
                                 "action", "error", "applied"})
 _PACKAGES = ("scaleacross-emu", "torch", "numpy", "matplotlib", "scikit-learn", "pyroute2",
@@ -557,8 +557,9 @@ def _rounds(records: Sequence[Mapping[str, Any]], label: Any) -> list[dict]:
     rank sent), else the per-rank ``step`` records as they are."""
     jobs = [r for r in records if r.get("type") == "job_step" and r.get("label") == label]
     if jobs:
+        # modelled compute: a step lasts its modelled compute + exposed communication
         return [{**j, "comm_s": j.get("exposed_comm_s"), "bytes": j.get("rank_bytes"),
-                 "rank": 0} for j in jobs]
+                 "step_s": j.get("model_step_s", j["step_s"]), "rank": 0} for j in jobs]
     return [dict(r) for r in records if r.get("type") == "step" and r.get("label") == label]
 
 

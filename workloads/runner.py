@@ -311,6 +311,11 @@ class StepAggregator:
                "tolerance": recs[0].get("tolerance"), "why": recs[0].get("why"),
                "bytes": sum(r.get("bytes", 0) for r in recs),
                "rank_bytes": max(r.get("bytes", 0) for r in recs)}
+        if all(r.get("model_compute_s") is not None for r in recs):
+            # Modelled compute: the step as the model says it lasts (its compute) plus
+            # the network's part as measured; what two shared cores add to the real
+            # compute beyond the model (overruns) is left out.
+            out["model_step_s"] = round(recs[0]["model_compute_s"] + out["exposed_comm_s"], 6)
         self.prev_end = end
         return out
 

@@ -181,6 +181,7 @@ def run_data_parallel(cfg: dict) -> None:
                   "t_enter": rounds[0]["t_enter"] if rounds else opt_start,
                   "t_exit": rounds[-1]["t_exit"] if rounds else opt_start,
                   "compute_s": round(compute_s, 6), "real_compute_s": round(state["real"], 6),
+                  "model_compute_s": pacer.model_s if pacer.modelled else None,
                   "comm_s": round(comm_s, 6), "step_s": round(end - start, 6),
                   "loss": loss.item(), "lr": lr, "epoch": shards.epoch_of(step),
                   "bytes": sum(r["bytes"] for r in rounds),
