@@ -324,7 +324,9 @@ def wait_for_start() -> float:
     line = sys.stdin.readline()
     start_at = float(line) if line.strip() else time.monotonic()
     time.sleep(max(0.0, start_at - time.monotonic()))
-    return time.monotonic()
+    # The common instant itself, not this process's wake-up: every driver then reports
+    # times on exactly the same origin (wake-ups differ by scheduling jitter).
+    return start_at
 
 
 def main() -> int:

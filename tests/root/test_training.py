@@ -131,7 +131,7 @@ def test_dblp_training_reports_its_rounds(fab, tmp_path):
     assert len(recs) == 3 * 20
     # the first round has no gradient-norm signal yet: reliable; then the fixed bound
     assert all(r["tolerance"] == (0.0 if r["step"] == 0 else 0.1) for r in recs)
-    assert {r["why"] for r in recs if r["step"] == 0} == {"no_signal_yet"}
+    assert {r["mode"] for r in recs if r["step"] == 0} == {"no_signal_yet"}
     # a 1 ms deadline on rounds of ~40 KB at 100 Mbit/s cuts rounds short: losses are
     # reported, and the loss stays finite (filled entries, error feedback)
     assert any(r["delivered"] < 1 for r in recs)
