@@ -30,6 +30,7 @@ from transports.api import Completion
 from transports.driver import Conn, HostSockets, _conn_of, make_core
 
 OnDone = Callable[[Completion], None]
+RX_BATCH = 64  # datagrams read per wake-up before timers and commands are served
 
 
 class EndpointError(RuntimeError):
@@ -144,7 +145,7 @@ class Endpoint:
                 else:
                     send(conn, conn.core.post_recv(msg, data, now, **extra))
             if rx in readable:
-                while True:
+                for _ in range(RX_BATCH):  # then timers and commands get their turn
                     try:
                         n = rx.recv_into(buf)
                     except BlockingIOError:
