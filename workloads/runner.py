@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from emu.errors import EmuError
+from emu.errors import EmuError, require_root
 from emu.fabric import Fabric
 from emu.timeline import TimelineRunner
 from transports.harness import DEFAULT_CONFIG
@@ -340,6 +340,7 @@ def run_experiment(exp: Experiment, out_dir: Path, say: Say = print,
     repetition on it, then report. Returns the summaries."""
     from workloads.experiment import with_overrides
 
+    require_root("emu run")
     runs = [(label, with_overrides(exp, ov) if ov else exp)
             for label, ov in (variants or [(exp.transport.name, {})])]
     compute_ms = exp.workload.compute_ms
