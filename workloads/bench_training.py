@@ -4,11 +4,12 @@ On one fabric (the default 2-plane Clos: 2 planes x 4 spines x 4 racks x 4 hosts
 100 Mbit/s, eBGP + BFD for the ECMP baseline), 4 workers (one per rack):
 
 1. The digits CNN over MRC, RC over ECMP and gloo/TCP, each healthy, through a cut
-   of rack 0's leaf-spine link (either plane) busiest into the rack (at 1.5 s, for 2 s), and
-   microbursts onto worker 1's port on both planes (2 rack-mates at line rate,
-   20 ms every 100 ms, from 1.5 s for 2 s): per run the median step time, the step
-   times inside the failure window, the time lost to it and the time to the target
-   accuracy (training time: evaluation excluded).
+   of rack 0's leaf-spine link (either plane) busiest into the rack (sampled at
+   0.4 s, cut until 1.4 s), and through microbursts onto worker 1's port on both
+   planes (2 rack-mates at line rate, 20 ms every 100 ms, 0.4-1.4 s): per run the
+   median step time, the step times inside the failure window, the time lost to it
+   and the time to 98 % accuracy (reached near step 150, after the failure;
+   training time: evaluation excluded).
 2. The tiny transformer LM (its gradient is 116 k values, so a round has enough
    chunks for a loss tolerance to mean something) under microbursts for the whole
    run, over DBLP (phase-aware tolerance, error feedback) against reliable MRC with
@@ -34,7 +35,7 @@ from workloads.summary import summarize
 
 FABRIC = {"planes": 2, "spines": 4, "leaves": 4, "hosts_per_leaf": 4, "rate_mbit": 100.0,
           "queue_packets": 100, "control_plane": "bgp"}
-CUT_AT, CUT_FOR = 1.5, 2.0
+CUT_AT, CUT_FOR = 0.4, 1.0  # the cut takes effect after a 0.2 s sample: 0.6-1.4 s
 
 
 def _burst_events(start: float, stop: float | None) -> list[dict]:
@@ -64,7 +65,7 @@ def plan(quick: bool = False) -> list[tuple[str, experiment.Experiment]]:
     """The bench's runs: (label, experiment), all on one fabric."""
     steps = 200 if quick else 400
     digits = {"model": "digits_cnn", "workers": 4, "steps": steps, "batch_size": 64,
-              "lr": 0.05, "lr_schedule": "cosine", "target_accuracy": 0.95, "eval_every": 10,
+              "lr": 0.05, "lr_schedule": "cosine", "target_accuracy": 0.98, "eval_every": 10,
               "compute": "modelled"}
     runs = []
     for t in ("mrc", "rc", "gloo"):
