@@ -71,7 +71,13 @@ fi
 #    (or this script, which holds the install command) is newer than the stamp.
 #    editable_mode=compat puts the repo root on sys.path with a plain .pth, so
 #    packages and __init__.py files added after the install are picked up.
+#    PyPI's torch wheels for Linux x86_64 are CUDA builds of several GB: unless a local
+#    wheel cache already holds the pinned CPU build, ask PyTorch's CPU index too (pip
+#    then prefers 2.13.0+cpu).
 if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" || scripts/setup.sh -nt "$STAMP" ]]; then
+    if ! compgen -G "/opt/wheels/torch-2.13.0*" >/dev/null && [[ -z "${PIP_EXTRA_INDEX_URL:-}" ]]; then
+        export PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+    fi
     "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
         --config-settings editable_mode=compat -e '.[test]'
     touch "$STAMP"
