@@ -32,7 +32,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from emu.errors import EmuError
-from emu.netns import NETNS_RUN_DIR
 
 if TYPE_CHECKING:
     from emu.fabric import Fabric
@@ -103,11 +102,11 @@ class Capture:
 
     def command(self) -> list[str]:
         """The command line that runs the capture."""
-        netns = NETNS_RUN_DIR / self.fab.netns(self.node)
         # -Z root: Debian's tcpdump otherwise drops to user tcpdump and may not create PATH.
         # --immediate-mode: packets reach the file at once, none wait in a ring block at exit.
-        cmd = ["nsenter", f"--net={netns}", "tcpdump", "-i", self.ifname, "-w", str(self.path),
-               "-U", "-s", str(self.snaplen), "-n", "-Z", "root", "--immediate-mode"]
+        cmd = self.fab.in_netns(self.node, "tcpdump", "-i", self.ifname, "-w", str(self.path),
+                                "-U", "-s", str(self.snaplen), "-n", "-Z", "root",
+                                "--immediate-mode")
         return cmd + ([self.filter] if self.filter else [])
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -262,26 +262,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks")
     bsub = b.add_subparsers(dest="bench", required=True)
-    bf = bsub.add_parser("fabric", help="build/teardown time vs plain Mininet")
-    bf.add_argument("--json", action="store_true")
-    bf.add_argument("--quick", action="store_true", help="reference graph only")
-    bf.set_defaults(func=cmd_bench)
-    bt = bsub.add_parser("transport", help="MRC vs RC over ECMP vs TCP: goodput, "
-                         "permutation, failure ride-through, CPU per packet")
-    bt.add_argument("--json", action="store_true")
-    bt.add_argument("--quick", action="store_true", help="smaller messages")
-    bt.set_defaults(func=cmd_bench)
-    bd = bsub.add_parser("dblp", help="round latency through microbursts: DBLP vs reliable, "
-                         "MLT-style and OptiReduce-style rounds")
-    bd.add_argument("--json", action="store_true")
-    bd.add_argument("--quick", action="store_true", help="fewer rounds")
-    bd.set_defaults(func=cmd_bench)
-    bg = bsub.add_parser("training", help="digits CNN over MRC, RC and gloo: healthy, link "
-                         "cut, microbursts; DBLP vs MRC time to target loss under bursts")
-    bg.add_argument("--json", action="store_true")
-    bg.add_argument("--quick", action="store_true", help="fewer steps")
-    bg.add_argument("--out", help="results directory (default results/bench-training-TIME)")
-    bg.set_defaults(func=cmd_bench)
+    def bench(name: str, help: str, quick: str) -> argparse.ArgumentParser:
+        sp = bsub.add_parser(name, help=help)
+        sp.add_argument("--json", action="store_true")
+        sp.add_argument("--quick", action="store_true", help=quick)
+        sp.set_defaults(func=cmd_bench)
+        return sp
+
+    bench("fabric", "build/teardown time vs plain Mininet", "reference graph only")
+    bench("transport", "MRC vs RC over ECMP vs TCP: goodput, permutation, failure "
+          "ride-through, CPU per packet", "smaller messages")
+    bench("dblp", "round latency through microbursts: DBLP vs reliable, MLT-style and "
+          "OptiReduce-style rounds", "fewer rounds")
+    bench("training", "digits CNN over MRC, RC and gloo: healthy, link cut, microbursts; "
+          "DBLP vs MRC time to target loss under bursts", "fewer steps").add_argument(
+        "--out", help="results directory (default results/bench-training-TIME)")
     bo = bsub.add_parser("failover", help="ECMP + BFD/BGP: convergence and loss per failure")
     bo.add_argument("--json", action="store_true")
     _bfd_args(bo)

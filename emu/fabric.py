@@ -37,7 +37,7 @@ from emu.delayline import DelayLine
 from emu.errors import EmuError, require_root
 from emu.frr import DEFAULT_BFD, BfdTimers, FrrRunner
 from emu.kernel import NodeKernel, create_veths, netem_works
-from emu.netns import bind_name, ns_inode, unbind_name
+from emu.netns import NETNS_RUN_DIR, bind_name, ns_inode, unbind_name
 from emu.nodes import EmuHost, EmuNet, LinuxRouter, VethLink
 from topologies import MultiPlaneClos, ScaleAcross
 from topologies.mininet_topo import MultiPlaneClosTopo
@@ -307,6 +307,10 @@ class Fabric:
     def netns(self, name: str) -> str:
         """The /run/netns name of node ``name`` (for `ip netns exec`)."""
         return self.node_kernel(name).netns
+
+    def in_netns(self, name: str, *argv: str) -> list[str]:
+        """The command line that runs ``argv`` inside node ``name``'s network namespace."""
+        return ["nsenter", f"--net={NETNS_RUN_DIR / self.netns(name)}", *argv]
 
 
 def _close_shell(node) -> None:

@@ -318,7 +318,7 @@ class GrayLink:
 
 
 def _nft(fab: Fabric, node: str, script: str) -> None:
-    p = subprocess.run(["nsenter", f"--net=/run/netns/{fab.netns(node)}", "nft", "-f", "-"],
+    p = subprocess.run(fab.in_netns(node, "nft", "-f", "-"),
                        input=script, capture_output=True, text=True)
     if p.returncode != 0:
         raise EmuError(f"nft in {node} failed: {p.stderr.strip()}")

@@ -391,13 +391,13 @@ class Microburst:
         root = str(FsPath(__file__).resolve().parents[1])  # the children run this very code
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         for i, r in enumerate(self.routes):
-            args = ["nsenter", f"--net=/run/netns/{self.fab.netns(r.source)}",
-                    sys.executable, "-m", "emu.microburst",
-                    "--index", str(i), "--parent", str(os.getpid()),
-                    "--src", str(topo.address(r.source)), "--dst", str(topo.address(r.dst)),
-                    "--port", str(ports[r.dst]), "--srh", srh_option(r.path).hex(),
-                    "--payload", str(self.spec.payload),
-                    "--rate-mbit", str(self.spec.rate_mbit or 0.0)]
+            args = self.fab.in_netns(
+                r.source, sys.executable, "-m", "emu.microburst",
+                "--index", str(i), "--parent", str(os.getpid()),
+                "--src", str(topo.address(r.source)), "--dst", str(topo.address(r.dst)),
+                "--port", str(ports[r.dst]), "--srh", srh_option(r.path).hex(),
+                "--payload", str(self.spec.payload),
+                "--rate-mbit", str(self.spec.rate_mbit or 0.0))
             args += ["--windows", json.dumps(self._child_windows())]
             if self.realtime:
                 args.append("--realtime")

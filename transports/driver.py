@@ -93,6 +93,8 @@ class HostSockets:
         self.rx.bind(("::", UDP_PORT))  # the loopback and the per-plane addresses
         self.rx.setblocking(False)
         self.path_socks: dict[tuple[str, ...], socket.socket] = {}
+        self._buf = bytearray(65536)
+        self._view = memoryview(self._buf)
 
     def conn(self, c: dict, core: Core) -> Conn:
         """The ``Conn`` of plan entry ``c`` (see transports.harness.conn_spec)."""
@@ -125,6 +127,32 @@ class HostSockets:
                     conn.ev_socks[ev].sendmsg([data], _CTRL_CMSG, 0, conn.peer)
             except (BlockingIOError, OSError):
                 pass  # a full NIC queue or a dead first hop: the packet is lost, as on a wire
+
+    def receive(self, conns: dict[int, Conn]) -> int:
+        """Feed up to ``RX_BATCH`` waiting datagrams to their cores (then the caller's
+        timers get their turn); returns how many named no connection of ``conns``."""
+        rx, buf, view, send = self.rx, self._buf, self._view, self.send
+        unknown = 0
+        for _ in range(RX_BATCH):
+            try:
+                n = rx.recv_into(buf)
+            except BlockingIOError:
+                break
+            # Each datagram its own arrival time: a batch read after a pause sharing
+            # one stale clock reading would shorten RTT samples.
+            now = time.monotonic()
+            conn = conns.get(_conn_of(view, n))
+            if conn is None:
+                unknown += 1
+                continue
+            send(conn, conn.core.on_packet(view[:n], now))
+        return unknown
+
+    @staticmethod
+    def next_wake(conns: dict[int, Conn], default: float) -> float:
+        """The earliest timer of the cores (``default`` when none is armed)."""
+        return min((d for c in conns.values() if (d := c.core.next_deadline()) is not None),
+                   default=default)
 
     def close(self) -> None:
         for s in (self.rx, *self.path_socks.values()):
@@ -213,31 +241,15 @@ class Driver:
         done: list[dict] = []
         timeline: list[tuple[float, int]] = []  # (t, bytes placed so far) for goodput
         placed = 0
-        buf = bytearray(65536)
-        view = memoryview(buf)
         next_sample = t0
         rx = self.rx
         while pending and time.monotonic() < deadline:
             now = time.monotonic()
-            wake = min((d for c in self.conns.values()
-                        if (d := c.core.next_deadline()) is not None), default=now + 0.05)
-            timeout = max(0.0, min(wake, deadline) - now)
-            readable = select.select([rx], [], [], timeout)[0]
-            now = time.monotonic()
+            wake = self.socks.next_wake(self.conns, now + 0.05)
+            readable = select.select([rx], [], [], max(0.0, min(wake, deadline) - now))[0]
             if readable:
-                for _ in range(RX_BATCH):  # then the timers get their turn
-                    try:
-                        n = rx.recv_into(buf)
-                    except BlockingIOError:
-                        break
-                    # Each datagram its own arrival time: a batch read after a pause
-                    # sharing one stale clock reading would shorten RTT samples.
-                    now = time.monotonic()
-                    conn = self.conns.get(_conn_of(view, n))
-                    if conn is None:
-                        self.malformed_conn += 1
-                        continue
-                    self._send(conn, conn.core.on_packet(view[:n], now))
+                self.malformed_conn += self.socks.receive(self.conns)
+            now = time.monotonic()
             for conn in self.conns.values():
                 d = conn.core.next_deadline()
                 if d is not None and d <= now:

@@ -27,10 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from transports.api import Completion
-from transports.driver import Conn, HostSockets, _conn_of, make_core
+from transports.driver import Conn, HostSockets, make_core
 
 OnDone = Callable[[Completion], None]
-RX_BATCH = 64  # datagrams read per wake-up before timers and commands are served
 
 
 class EndpointError(RuntimeError):
@@ -119,15 +118,12 @@ class Endpoint:
             self.error = e
 
     def _loop(self) -> None:
-        rx = self.socks.rx
-        send = self.socks.send
-        buf = bytearray(65536)
-        view = memoryview(buf)
+        socks = self.socks
+        rx, send = socks.rx, socks.send
         conns = self.conns
         while not self._stop:
             now = time.monotonic()
-            wake = min((d for c in conns.values() if (d := c.core.next_deadline()) is not None),
-                       default=now + 0.5)
+            wake = socks.next_wake(conns, now + 0.5)
             readable = select.select([rx, self._wake_r], [], [], max(0.0, wake - now))[0]
             now = time.monotonic()
             if self._wake_r in readable:
@@ -145,19 +141,8 @@ class Endpoint:
                 else:
                     send(conn, conn.core.post_recv(msg, data, now, **extra))
             if rx in readable:
-                for _ in range(RX_BATCH):  # then timers and commands get their turn
-                    try:
-                        n = rx.recv_into(buf)
-                    except BlockingIOError:
-                        break
-                    # Each datagram its own arrival time: a batch read after a pause
-                    # sharing one stale clock reading would shorten RTT samples.
-                    now = time.monotonic()
-                    conn = conns.get(_conn_of(view, n))
-                    if conn is None:
-                        self.unknown_conn += 1
-                        continue
-                    send(conn, conn.core.on_packet(view[:n], now))
+                self.unknown_conn += socks.receive(conns)
+                now = time.monotonic()
             for c, conn in conns.items():
                 d = conn.core.next_deadline()
                 if d is not None and d <= now:

@@ -155,9 +155,8 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
     try:
         for host, plan in plans.items():
             p = subprocess.Popen(
-                ["nsenter", f"--net=/run/netns/{fab.netns(host)}", sys.executable, "-m",
-                 "transports.driver"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True)
+                fab.in_netns(host, sys.executable, "-m", "transports.driver"),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             p.stdin.write(json.dumps(plan) + "\n")
             p.stdin.flush()
             procs[host] = p

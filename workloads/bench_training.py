@@ -30,8 +30,8 @@ from emu.errors import require_root
 from emu.fabric import Fabric
 from workloads import experiment
 from workloads.results import ResultsWriter, read_jsonl
-from workloads.runner import measure_compute_ms, measure_rtt, run_on_fabric
-from workloads.summary import summarize
+from workloads.runner import compute_model_ms, measure_rtt, run_label
+from workloads.summary import summarize_workload
 
 FABRIC = {"planes": 2, "spines": 4, "leaves": 4, "hosts_per_leaf": 4, "rate_mbit": 100.0,
           "queue_packets": 100, "control_plane": "bgp"}
@@ -95,31 +95,20 @@ def bench_training(say: Callable[[str], None] = print, quick: bool = False,
     require_root("emu bench training")
     runs = plan(quick)
     out_dir = out_dir or Path("results") / "bench-training"
-    compute = {}
-    for model in ("digits_cnn", "tiny_lm"):
-        e = next(e for _, e in runs if e.workload.model == model)
-        compute[model] = measure_compute_ms(e, e.seed)
-        say(f"  compute model {model}: {compute[model]} ms per step (measured alone)")
-    spec = runs[0][1].fabric_spec()
+    compute: dict[str, float | None] = {}
+    for _, e in runs:  # one compute model per model, measured alone before the fabric
+        if e.workload.model not in compute:
+            compute[e.workload.model] = compute_model_ms(e, say)
     summaries: dict[str, dict] = {}
     with ResultsWriter(out_dir, label=runs[0][0]) as writer:
-        with Fabric(spec, name="benchtr", control_plane="bgp",
+        with Fabric(runs[0][1].fabric_spec(), name="benchtr", control_plane="bgp",
                     progress=lambda m: say(f"  fabric: {m}")) as fab:
             hosts = runs[0][1].hosts()
             rtt = measure_rtt(fab, hosts[0], hosts[-1])
             for label, e in runs:
-                writer.meta(experiment=e.as_record(), transport=e.transport.name, label=label,
-                            compute={"mode": "modelled", "ms": compute[e.workload.model]},
-                            bottleneck_mbit=FABRIC["rate_mbit"] * FABRIC["planes"], rtt_s=rtt)
-                out = run_on_fabric(fab, e, 0, writer, label, say, compute[e.workload.model])
-                if not out.ok:
-                    raise RuntimeError(f"{label} failed: {out.error}")
-                lm = e.workload.model == "tiny_lm"
-                s = summarize(read_jsonl(writer.path), label, 0,
-                              "loss" if lm else "accuracy",
-                              e.workload.target_loss if lm else e.workload.target_accuracy,
-                              higher_is_better=not lm)
-                summaries[label] = s
+                run_label(fab, writer, label, e, compute[e.workload.model], rtt, say)
+                s = summaries[label] = summarize_workload(read_jsonl(writer.path), label, 0,
+                                                          e.workload)
                 say(f"  {label}: step {s['step_ms_median']} ms (healthy {s['healthy_step_ms']}),"
                     f" in failure max {s['failure_step_ms_max']} ms, lost "
                     f"{s['failure_lost_s']} s, to target {s['time_to_target_s']} s")

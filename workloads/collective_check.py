@@ -116,9 +116,9 @@ def check_collectives(fab, transport: str, hosts: list[str], n: int = 20011, see
         cfg = {"rank": r, "size": len(hosts), "n": n, "seed": seed, "transport": transport,
                "conns": {str(p): c for p, c in conns[r].items()}, "groups": groups,
                "config": DEFAULT_CONFIG.get(transport, {}), "bound": bound}
-        p = subprocess.Popen(["nsenter", f"--net=/run/netns/{fab.netns(h)}", sys.executable,
-                              "-m", "workloads.collective_check"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(fab.in_netns(h, sys.executable, "-m", "workloads.collective_check"),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
         p.stdin.write(json.dumps(cfg) + "\n")
         p.stdin.close()
         p.stdin = None  # written and closed: communicate() only reads

@@ -18,6 +18,7 @@ down by its context manager.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -112,15 +113,13 @@ class _Job:
         self.ready = [threading.Event() for _ in cfgs]
         self.on_record = on_record
         self.lock = threading.Lock()
-        env = {"TORCH_CPP_LOG_LEVEL": "ERROR", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        import os
-
-        env = {**os.environ, **env}
+        env = {**os.environ, "TORCH_CPP_LOG_LEVEL": "ERROR", "OMP_NUM_THREADS": "1",
+               "PYTHONUNBUFFERED": "1"}
         for cfg in cfgs:
             p = subprocess.Popen(
-                ["nsenter", f"--net=/run/netns/{fab.netns(cfg['host'])}", sys.executable, "-m",
-                 "workloads.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, env=env,
+                fab.in_netns(cfg["host"], sys.executable, "-m", "workloads.worker"),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, env=env,
                 # Out of the terminal's process group: Ctrl-C reaches the runner, which
                 # ends the workers itself (they would otherwise each report an error).
                 start_new_session=True)
@@ -323,14 +322,38 @@ class StepAggregator:
 def measure_rtt(fab: Fabric, a: str, b: str) -> float | None:
     """The healthy round-trip time between hosts ``a`` and ``b`` (median of 5 pings), s."""
     spec = fab.spec
-    p = subprocess.run(["nsenter", f"--net=/run/netns/{fab.netns(a)}", "ping", "-6", "-n",
-                        "-c", "5", "-i", "0.05", "-q", str(spec.address(b))],
+    p = subprocess.run(fab.in_netns(a, "ping", "-6", "-n", "-c", "5", "-i", "0.05", "-q",
+                                    str(spec.address(b))),
                        capture_output=True, text=True, timeout=30)
     # "rtt min/avg/max/mdev = 0.081/0.095/0.113/0.011 ms"
     for line in p.stdout.splitlines():
         if "min/avg/max" in line:
             return float(line.split("=")[1].split("/")[1]) / 1000
     return None
+
+
+def compute_model_ms(exp: Experiment, say: Say = print) -> float | None:
+    """The modelled compute per step: the experiment's ``compute_ms``, or measured alone
+    when it gives none; None in measured mode."""
+    w = exp.workload
+    if w.compute != "modelled" or w.compute_ms is not None:
+        return w.compute_ms
+    ms = measure_compute_ms(exp, exp.seed)
+    say(f"  compute model {w.model}: {ms} ms per step (measured alone on one thread)")
+    return ms
+
+
+def run_label(fab: Fabric, writer: ResultsWriter, label: str, exp: Experiment,
+              compute_ms: float | None, rtt_s: float | None, say: Say = print) -> None:
+    """Every repetition of ``exp`` on ``fab`` under ``label``, after its meta record;
+    EmuError naming the label if one fails."""
+    writer.meta(experiment=exp.as_record(), transport=exp.transport.name, label=label,
+                compute={"mode": exp.workload.compute, "ms": compute_ms},
+                bottleneck_mbit=exp.fabric.rate_mbit * exp.fabric.planes, rtt_s=rtt_s)
+    for rep in range(exp.repetitions):
+        out = run_on_fabric(fab, exp, rep, writer, label, say, compute_ms)
+        if not out.ok:
+            raise EmuError(f"{label} repetition {rep} failed: {out.error}")
 
 
 def run_experiment(exp: Experiment, out_dir: Path, say: Say = print,
@@ -343,25 +366,14 @@ def run_experiment(exp: Experiment, out_dir: Path, say: Say = print,
     require_root("emu run")
     runs = [(label, with_overrides(exp, ov) if ov else exp)
             for label, ov in (variants or [(exp.transport.name, {})])]
-    compute_ms = exp.workload.compute_ms
-    if exp.workload.compute == "modelled" and compute_ms is None:
-        compute_ms = measure_compute_ms(exp, exp.seed)
-        say(f"  compute model: {compute_ms} ms per step (measured alone on one thread)")
-    spec = exp.fabric_spec()
+    compute_ms = compute_model_ms(exp, say)
     hosts = exp.hosts()
-    rate = spec.dcs[0].host_link.rate_mbit if hasattr(spec, "dcs") else spec.host_link.rate_mbit
     with ResultsWriter(out_dir, label=runs[0][0]) as writer:
-        with Fabric(spec, name="run", progress=lambda m: say(f"  fabric: {m}"),
+        with Fabric(exp.fabric_spec(), name="run", progress=lambda m: say(f"  fabric: {m}"),
                     control_plane=exp.fabric.control_plane) as fab:
             rtt = measure_rtt(fab, hosts[0], hosts[-1]) if len(hosts) > 1 else None
             for label, e in runs:
-                writer.meta(experiment=e.as_record(), transport=e.transport.name, label=label,
-                            compute={"mode": e.workload.compute, "ms": compute_ms},
-                            bottleneck_mbit=rate * exp.fabric.planes, rtt_s=rtt)
-                for rep in range(e.repetitions):
-                    out = run_on_fabric(fab, e, rep, writer, label, say, compute_ms)
-                    if not out.ok:
-                        raise EmuError(f"{label} repetition {rep} failed: {out.error}")
+                run_label(fab, writer, label, e, compute_ms, rtt, say)
     return report(out_dir, exp, [label for label, _ in runs], say)
 
 
@@ -370,17 +382,14 @@ def report(out_dir: Path, exp: Experiment, labels: list[str], say: Say = print) 
     table and the plots (time_to_accuracy.png, step_timeline.png) of a finished run."""
     from workloads import plots
     from workloads.results import read_jsonl
-    from workloads.summary import summarize
+    from workloads.summary import summarize_workload, target_of
 
-    path = out_dir / "results.jsonl"
-    records = read_jsonl(path)
-    lm = exp.workload.model == "tiny_lm"
-    metric = "loss" if lm else "accuracy"
-    target = exp.workload.target_loss if lm else exp.workload.target_accuracy
+    records = read_jsonl(out_dir / "results.jsonl")
+    metric, target, _ = target_of(exp.workload)
     summaries = []
     for label in labels:
         for rep in range(exp.repetitions):
-            s = summarize(records, label, rep, metric, target, higher_is_better=not lm)
+            s = summarize_workload(records, label, rep, exp.workload)
             if s["steps"]:
                 summaries.append(s)
     with ResultsWriter(out_dir, label=labels[0]) as w:

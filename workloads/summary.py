@@ -101,3 +101,17 @@ def _per_kind(steps: list[dict], windows: list, healthy: float | None,
 
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 2)
+
+
+def target_of(workload: Any) -> tuple[str, float | None, bool]:
+    """(metric, target, higher is better) of an experiment's ``[workload]``."""
+    if workload.model == "tiny_lm":
+        return "loss", workload.target_loss, False
+    return "accuracy", workload.target_accuracy, True
+
+
+def summarize_workload(records: list[Mapping[str, Any]], label: str, rep: int,
+                       workload: Any) -> dict:
+    """``summarize`` with the metric and target of ``workload`` (a WorkloadConfig)."""
+    metric, target, higher = target_of(workload)
+    return summarize(records, label, rep, metric, target, higher_is_better=higher)

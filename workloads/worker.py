@@ -215,8 +215,6 @@ def comm_stats(comm) -> dict:
 
 
 def run_pipeline(cfg: dict) -> None:
-    import torch
-
     from workloads.comm import drive
     from workloads.models import build, split_stages
     from workloads.pipeline import PipelineStage
@@ -255,7 +253,6 @@ def run_pipeline(cfg: dict) -> None:
                 if metrics is not None:
                     emit({"type": "eval", "rank": rank, "step": step, "t_s": round(end - t0, 6),
                           "eval_s": round(time.monotonic() - end, 6), **metrics})
-        torch.distributed.is_available()  # keep torch imported for the stage's autograd
     finally:
         emit({"type": "done", "rank": rank, "overruns": pacer.overruns,
               "comm": comm_stats(comm)})
@@ -264,15 +261,12 @@ def run_pipeline(cfg: dict) -> None:
 
 def measure_compute(cfg: dict, steps: int = 30) -> float:
     """Median seconds of one data-parallel rank's forward + backward, alone in this
-    process on one thread (the ``modelled`` mode's default duration)."""
-    import torch
-
+    process on one thread (main() set it; the ``modelled`` mode's default duration)."""
     from workloads.models import build
 
     model, task = build(cfg["model"], cfg["seed"])
     shards = task.shards(0, cfg["size"], cfg["batch_size"])
     opt = task.optimizer(model.parameters())
-    torch.set_num_threads(1)
     times = []
     for step in range(steps):
         x, y = shards.batch(step)
