@@ -131,9 +131,9 @@ import numpy as np
 
 __all__ = [
     "CALIBRATION_FORMAT", "EVAL_FIELDS", "EVENT_FIELDS", "RECORD_TYPES", "STEP_FIELDS",
-    "ResultsWriter", "Window", "calibration", "failure_windows", "job_steps",
-    "line_rate_fraction", "percentile", "read_jsonl", "tail_inflation", "time_lost",
-    "time_to_accuracy", "write_csv",
+    "ResultsWriter", "Window", "calibration", "failure_windows", "host_info", "job_steps",
+    "line_rate_fraction", "percentile", "read_jsonl", "software_versions", "tail_inflation",
+    "time_lost", "time_to_accuracy", "write_csv",
 ]
 
 CALIBRATION_FORMAT = "scaleacross-emu/calibration/1"
@@ -201,7 +201,8 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return out
 
 
-def _versions() -> dict[str, Any]:
+def software_versions() -> dict[str, Any]:
+    """Python, the packages results depend on, and the project's git commit."""
     out: dict[str, Any] = {"python": platform.python_version()}
     for pkg in _PACKAGES:
         try:
@@ -226,7 +227,8 @@ def _git_commit() -> str | None:
     return rev + ("-dirty" if dirty else "") if rev else None
 
 
-def _host() -> dict[str, Any]:
+def host_info() -> dict[str, Any]:
+    """Hostname, kernel, machine and CPU count (where a result was measured)."""
     return {"hostname": socket.gethostname(), "kernel": platform.release(),
             "machine": platform.machine(), "cpus": os.cpu_count()}
 
@@ -289,8 +291,9 @@ class ResultsWriter:
         """The run's description, with software versions and host filled in."""
         return self.write("meta", label=label, experiment=experiment, fabric=fabric,
                           transport=transport, compute=compute, bytes_per_step=bytes_per_step,
-                          bottleneck_mbit=bottleneck_mbit, rtt_s=rtt_s, versions=_versions(),
-                          host=_host(), started=time.time(), **extra)
+                          bottleneck_mbit=bottleneck_mbit, rtt_s=rtt_s,
+                          versions=software_versions(), host=host_info(), started=time.time(),
+                          **extra)
 
     def step(self, *, rep: int, rank: int, step: int, t_s: float, compute_s: float,
              comm_s: float, exposed_comm_s: float, step_s: float, loss: float | None,
