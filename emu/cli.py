@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 from emu.errors import EmuError
+from explorer.command import configure_parser as configure_explore
+from explorer.spec import SpecError
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross, TopologyError
 
 
@@ -187,6 +189,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from transports.bench import bench_transport
 
         res = bench_transport(say=_progress, quick=args.quick)
+    elif args.bench == "explorer":
+        from explorer.bench import bench_explorer
+
+        res = bench_explorer(say=_progress, quick=args.quick)
     else:
         from emu.bench_failover import bench_failover
 
@@ -194,6 +200,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(res, indent=2))
     return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from workloads.calibrate import calibrate
+
+    out = Path(args.out) if args.out else Path("results") / time.strftime(
+        "calibrate-%Y%m%d-%H%M%S") / "calibration.json"
+    names = tuple(t.strip() for t in args.transports.split(",") if t.strip())
+    rec = calibrate(out, quick=args.quick, transports=names, say=_progress,
+                    training_results=Path(args.training_results) if args.training_results
+                    else None)
+    if args.json:
+        print(json.dumps(rec, indent=2))
+    return 0
+
+
+def cmd_explore(args: argparse.Namespace) -> int:
+    from explorer.command import run
+
+    return run(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -277,10 +303,30 @@ def build_parser() -> argparse.ArgumentParser:
     bench("training", "digits CNN over MRC, RC and gloo: healthy, link cut, microbursts; "
           "DBLP vs MRC time to target loss under bursts", "fewer steps").add_argument(
         "--out", help="results directory (default results/bench-training-TIME)")
+    bench("explorer", "the explorer: search speed on the reference space, speed-ups over "
+          "baselines on a grid, validation errors (no root)", "fewer axis values, no points "
+          "file, a corner of the grid")
     bo = bsub.add_parser("failover", help="ECMP + BFD/BGP: convergence and loss per failure")
     bo.add_argument("--json", action="store_true")
     _bfd_args(bo)
     bo.set_defaults(func=cmd_bench)
+
+    cal = sub.add_parser("calibrate", help="measure the transports' dimensionless figures "
+                         "(eta, load balance, tails, recovery) into a calibration v2 record")
+    cal.add_argument("--out", help="record path (default results/calibrate-TIME/"
+                     "calibration.json)")
+    cal.add_argument("--quick", action="store_true", help="3 repetitions, fewer sizes")
+    cal.add_argument("--transports", default="mrc,rc,tcp,dblp", metavar="A,B,...",
+                     help="among mrc, rc, tcp, dblp")
+    cal.add_argument("--training-results", metavar="DIR",
+                     help="an `emu bench training` output directory: DBLP's steps ratio")
+    cal.add_argument("--json", action="store_true", help="print the record")
+    cal.set_defaults(func=cmd_calibrate)
+
+    x = sub.add_parser("explore", help="full-scale projection: search placement x schedule "
+                       "x network for training across DCs (no root needed)")
+    configure_explore(x)
+    x.set_defaults(func=cmd_explore)
     return p
 
 
@@ -297,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return args.func(args)
-    except (EmuError, TopologyError, ValueError) as e:
+    except (EmuError, TopologyError, SpecError, ValueError) as e:
         print(f"emu: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

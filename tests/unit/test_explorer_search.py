@@ -1,0 +1,214 @@
+"""The search: pruning never loses the optimum, counts add up, Pareto fronts are
+non-dominated, baselines and ablations are what they say."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from explorer_fixtures import calibration
+
+from explorer.baselines import PRODUCTION, production
+from explorer.exploration import explore
+from explorer.model import evaluate
+from explorer.search import pareto_front, search_scenario, with_axes
+from explorer.specfile import parse
+
+SMALL = {
+    "name": "small",
+    "model": {"preset": "llama3-8b", "global_batch_seqs": 256, "train_tokens": 1e11},
+    "gpu": {"preset": "h100-sxm"},
+    "cluster": {"dcs": 2, "gpus_per_dc": 256},
+    "fabric": {"burst_hz": 0.1},
+    "dci": {"delay_ms": 5.0},
+    "placement": {"tp": [1, 2, 4, 8], "cp": [1, 2], "pp": [1, 2, 4], "microbatch": [1, 2],
+                  "cross": ["dp", "pp"]},
+    "schedule": {"pipeline": ["gpipe", "1f1b", "interleaved"], "virtual_stages": [2, 4],
+                 "warmup_extra": [0, 2], "recompute": ["selective", "full"],
+                 "optimizer": ["replicated", "distributed"], "allreduce": ["ring",
+                                                                           "hierarchical"],
+                 "dblp_tolerance": [0.0, 0.05]},
+    "network": {"transport": ["mrc", "rc", "tcp"]},
+}
+
+
+def _brute_force(space, cal):
+    """Every point of the raw space through the scalar reference model."""
+    best, feasible = None, 0
+    for cfg in space.points():
+        b = evaluate(cfg, cal)
+        if not b.feasible:
+            continue
+        feasible += 1
+        if best is None or b.time_to_train_s < best[0]:
+            best = (b.time_to_train_s, cfg)
+    return best, feasible
+
+
+def test_pruning_never_removes_the_optimum():
+    space = parse(SMALL)
+    cal = calibration()
+    res = search_scenario(space, {}, cal, top_k=5)
+    (t_best, cfg_best), feasible_raw = _brute_force(space, cal)
+    assert res.best is not None
+    found = evaluate(res.config(res.best), cal)
+    assert found.time_to_train_s == pytest.approx(t_best, rel=1e-12)
+    # Every feasible raw point is either evaluated or a duplicate of an evaluated one.
+    assert 0 < res.feasible <= feasible_raw
+    assert res.raw == space.size
+
+
+DEDUP_CASES = {
+    # A DBLP tolerance matters neither with one data-parallel rank nor on RC: the point
+    # must be evaluated once (not dropped), whichever value the axis lists first.
+    "one_rank_tolerance_first": {
+        "cluster": {"gpus_per_dc": 8}, "model": {"preset": "llama3-8b",
+                                                 "global_batch_seqs": 8, "train_tokens": 1e9},
+        "placement": {"tp": 8, "pp": 1},
+        "schedule": {"dblp_tolerance": [0.05, 0.0], "optimizer": ["fsdp", "replicated"]},
+        "network": {"transport": ["mrc", "rc"]}},
+    "tolerance_fixed_with_rc": {
+        "cluster": {"gpus_per_dc": 64}, "model": {"preset": "llama3-8b",
+                                                  "global_batch_seqs": 64,
+                                                  "train_tokens": 1e9},
+        "placement": {"tp": [4, 8], "pp": 1},
+        "schedule": {"dblp_tolerance": 0.05}, "network": {"transport": ["rc", "mrc"]}},
+    # With one rank FSDP is replicated (no sharding, no gathered buffer): listed first,
+    # it must not hide a structure that fits only barely.
+    "fsdp_first_tight_memory": {
+        "cluster": {"gpus_per_dc": 8}, "model": {"preset": "llama3-8b",
+                                                 "global_batch_seqs": 8, "train_tokens": 1e9},
+        "gpu": {"preset": "h100-sxm", "hbm_gib": [24.0, 26.0, 30.0, 40.0]},
+        "placement": {"tp": [4, 8], "pp": [1, 2]},
+        "schedule": {"optimizer": ["fsdp", "distributed", "replicated"],
+                     "recompute": ["full", "selective"]}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEDUP_CASES))
+def test_deduplication_keeps_the_optimum_of_every_scenario(case):
+    doc = {"name": case, **DEDUP_CASES[case]}
+    space = parse(doc)
+    cal = calibration()
+    ex = explore(space, cal, top_k=1, baselines=False)
+    for o in ex.scenarios:
+        sub = o.search.space
+        best = None
+        for cfg in sub.points():
+            b = evaluate(cfg, cal)
+            if b.feasible and (best is None or b.time_to_train_s < best):
+                best = b.time_to_train_s
+        if best is None:
+            assert o.best is None
+            continue
+        assert o.best is not None, o.search.scenario
+        assert o.best.breakdown.time_to_train_s == pytest.approx(best, rel=1e-12)
+    # RC is evaluated although the tolerance axis never offers 0 (it does not apply).
+    if case == "tolerance_fixed_with_rc":
+        res = search_scenario(space, {}, cal)
+        assert res.feasible == 4 and res.pruned["inapplicable"] == 0
+
+
+def test_counts_add_up():
+    space = parse(SMALL)
+    res = search_scenario(space, {}, calibration())
+    structural_pruned = sum(res.pruned[r] for r in ("nvlink", "divisibility", "dc_split"))
+    assert res.structural == res.raw - structural_pruned
+    assert res.evaluated == res.structural - res.pruned["inapplicable"]
+    assert res.feasible == res.evaluated - res.pruned["memory"] - res.pruned["failures"]
+    assert res.pruned["divisibility"] > 0 and res.pruned["inapplicable"] > 0
+
+
+def test_top_k_matches_scalar_model_and_is_sorted():
+    space = parse(SMALL)
+    cal = calibration()
+    res = search_scenario(space, {}, cal, top_k=8)
+    times = res.top.values["time_to_train_s"]
+    assert list(times) == sorted(times)
+    for flat, t in zip(res.top.index, times, strict=True):
+        assert evaluate(res.config(int(flat)), cal).time_to_train_s == pytest.approx(t,
+                                                                                      rel=1e-9)
+
+
+def test_pareto_front_is_non_dominated_and_complete():
+    rng = np.random.default_rng(1)
+    x, y = rng.random(2000), rng.random(2000)
+    front = pareto_front(x, y)
+    on = set(front.tolist())
+    for i in range(2000):
+        dominated = np.any((x <= x[i]) & (y <= y[i]) & ((x < x[i]) | (y < y[i])))
+        assert (i in on) == (not dominated)
+    assert np.all(np.diff(x[front]) >= 0) and np.all(np.diff(y[front]) <= 0)
+
+
+def test_search_fronts_are_non_dominated_among_all_feasible_points():
+    space = parse(SMALL)
+    res = search_scenario(space, {}, calibration())
+    t, c = res.pareto_cost.values["time_to_train_s"], res.pareto_cost.values["cost"]
+    assert len(t) >= 1
+    for i in range(len(t)):
+        assert not np.any((t < t[i]) & (c < c[i]))
+
+
+def test_scenario_axes_are_searched_separately():
+    doc = dict(SMALL) | {"dci": {"delay_ms": [0.1, 20.0]}}
+    ex = explore(parse(doc), calibration(), top_k=3)
+    assert [o.search.scenario for o in ex.scenarios] == [{"dci.delay_ms": 0.1},
+                                                         {"dci.delay_ms": 20.0}]
+    fast, slow = (o.best.breakdown.time_to_train_s for o in ex.scenarios)
+    assert fast <= slow
+    for o in ex.scenarios:
+        assert o.best.config.dci.delay_ms == o.search.scenario["dci.delay_ms"]
+
+
+def test_production_baseline_follows_its_recipe():
+    space = parse(SMALL)
+    cal = calibration()
+    prod = production(with_axes(space, {}), cal)
+    cfg = prod.config
+    assert cfg is not None and prod.breakdown.feasible
+    flat = cfg.flat()
+    for k, v in PRODUCTION.items():
+        assert flat[k] == v, k
+    assert cfg.placement.tp == 8  # the NVLink domain (llama3-8b's 32 heads allow it)
+    for pp in range(1, cfg.placement.pp):  # nothing smaller fits
+        assert not evaluate(cfg.replace({"placement.pp": pp}), cal).feasible
+
+
+def test_explore_reports_speedups_ablation_and_rescore():
+    ex = explore(parse(SMALL), calibration(), top_k=3)
+    o = ex.scenarios[0]
+    assert o.best is not None
+    space_pp = set(parse(SMALL).axis("placement.pp").values)
+    for name in ("production", "sota"):
+        base = o.baselines[name]
+        assert base.config is not None and base.config.placement.pp in space_pp
+        sp = o.speedup(name)
+        assert sp is not None and sp >= 1.0 - 1e-12  # the search space contains both
+    abl = o.ablation_speedups()
+    assert set(abl) == {"placement", "schedule", "network", "joint"}
+    assert abl["joint"] == pytest.approx(o.speedup("production"))
+    for name in ("placement", "schedule", "network"):
+        assert abl[name] is not None and abl[name] <= abl["joint"] * (1 + 1e-12)
+    for p in o.top:
+        assert math.isfinite(p.rescored_step_s)
+        assert p.time_lo_s <= p.breakdown.time_to_train_s <= p.time_hi_s
+
+
+def test_empty_space_names_the_binding_constraint():
+    from explorer.report import summary
+
+    doc = dict(SMALL) | {"model": {"preset": "llama3-405b", "global_batch_seqs": 256},
+                         "placement": {"tp": [8], "pp": [1, 2]}}
+    ex = explore(parse(doc), calibration(), top_k=3, baselines=False)
+    s = ex.scenarios[0].search
+    assert s.feasible == 0
+    assert s.nearest is not None and s.nearest["reason"] == "memory"
+    assert s.nearest["memory_gib"] > s.nearest["hbm_gib"]
+    # Duplicates were set aside more often than points failed memory, but memory removed
+    # what was left: that is the binding constraint.
+    assert s.pruned["inapplicable"] > s.pruned["memory"] > 0
+    nothing = summary(ex)["scenarios"][0]["nothing_feasible"]
+    assert nothing["binding"] == "memory"
+    assert nothing["nearest"]["config"]["placement.pp"] in (1, 2)
