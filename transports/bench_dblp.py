@@ -67,8 +67,9 @@ SETTINGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 TCP_CONFIG = {"cc": "cubic"}
 TCP_SPORTS = range(40000, 40200)  # where a source port onto the burst's plane is sought
 TRAIN_ROUNDS = 200  # the synthetic schedule DBLP's rounds are taken from
-STAT_KEYS = ("tx_data_pkts", "tx_retx", "loss_rto", "rto", "retx_parked",
-             "retx_unparked_stall", "loss_dblp_tail", "late_data")
+STAT_KEYS = ("tx_data_pkts", "tx_retx", "tx_retx_spurious", "loss_rto", "rto", "rto_silent",
+             "loss_unblamed", "ev_undo", "retx_parked", "retx_unparked_stall",
+             "loss_dblp_tail", "late_data", "dup_data")
 
 
 def tcp_sport(fab: Fabric, plane: int, dport: int = TCP_PORT) -> int:

@@ -37,8 +37,10 @@ Window updates:
   timeout fires, the window drops at once to what was acknowledged over the last
   RTT (the rate the network really delivered), at most once per ``qa_gate`` RTTs.
 - Always within [min_cwnd, max_cwnd].
+- ``undo(cwnd, at)``: a cut that proved spurious (the loss it answered was not one:
+  transports/mrc.py, Eifel-style) is taken back, if no other cut came since.
 
-``RttEstimator``: RFC 6298 srtt/rttvar for one path, and the RTO it implies.
+Per-path RTT estimation and RTOs live in transports/rto.py.
 """
 
 from __future__ import annotations
@@ -158,7 +160,8 @@ class Nscc:
         self.last_qa = -1.0
         self.acked_window: list[tuple[float, int]] = []  # (t, bytes) over ~the last RTT
         self.acked_recent = 0
-        self.n_md = self.n_qa = 0
+        self.n_md = self.n_qa = self.n_undo = 0
+        self.n_rto = 0  # quick adapts on a retransmission timeout (among n_qa)
 
     def __repr__(self) -> str:
         return f"Nscc(cwnd={self.cwnd:.0f}, base_rtt={self.base_rtt})"
@@ -244,31 +247,23 @@ class Nscc:
         self.last_qa = self.last_md = now
         self.n_qa += 1
 
-    def on_timeout(self, now: float) -> None:
+    def on_timeout(self, now: float) -> float | None:
+        """A retransmission timeout: quick adapt (gated). Returns the window before the cut,
+        or None when the gate kept it."""
         base = self.base_rtt or 0.0
         if now - self.last_qa >= self.cfg.qa_gate * base:
+            before = self.cwnd
             self.quick_adapt(now)
+            self.n_rto += 1
+            return before
+        return None
 
+    def undo(self, cwnd: float, at: float) -> bool:
+        """Take back the cut made at ``at`` (the window was ``cwnd`` before it), unless a
+        decrease came after it; True if the window was restored."""
+        if self.last_md != at or cwnd <= self.cwnd:
+            return False
+        self.cwnd = min(self.max_cwnd, cwnd)
+        self.n_undo += 1
+        return True
 
-class RttEstimator:
-    """Smoothed RTT and variation of one path (RFC 6298), and its RTO."""
-
-    __slots__ = ("srtt", "rttvar", "last")
-
-    def __init__(self) -> None:
-        self.srtt = 0.0  # 0: no sample yet
-        self.rttvar = 0.0
-        self.last = 0.0
-
-    def sample(self, rtt: float) -> None:
-        self.last = rtt
-        if self.srtt == 0.0:
-            self.srtt, self.rttvar = rtt, rtt / 2
-        else:
-            self.rttvar += 0.25 * (abs(self.srtt - rtt) - self.rttvar)
-            self.srtt += 0.125 * (rtt - self.srtt)
-
-    def rto(self, rto_min: float, rto_max: float, default: float) -> float:
-        if self.srtt == 0.0:
-            return default
-        return min(rto_max, max(rto_min, self.srtt + 4 * self.rttvar))

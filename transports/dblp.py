@@ -50,11 +50,15 @@ runs identically on every rank): a sender more tolerant than its receiver can
 park chunks the receiver waits for, which only the receiver's deadline resolves.
 
 Congestion window. DBLP calls the NSCC window exactly where MRC does (ACK delay
-samples, and ``on_timeout`` on an RTO) and nowhere else: parked chunks arm no
-RTO and abandoned chunks are not losses, so a burst cuts the window at most as
-MRC's for the same losses, usually less (fewer RTOs since fewer chunks are
+samples, and ``on_timeout`` on an RTO blamed on a path) and nowhere else: parked
+chunks arm no RTO and abandoned chunks are not losses, so a burst cuts the window at
+most as MRC's for the same losses, usually less (fewer RTOs since fewer chunks are
 resent into the burst); tail-timer losses do not touch it. Abandoned bytes leave
 ``bytes_in_flight`` at once.
+
+Blame and spurious retransmissions are MRC's (transports/mrcloss.py): a tail-timer
+loss retires its EV only when a chunk sent after it got through (``loss_unblamed``
+otherwise), and duplicates are counted (``tx_retx_spurious``, ``dup_data``).
 
 Checks. Every DATA chunk must carry a CRC32 (``wire.crc32``); a bad one is counted
 (``crc_bad``) and dropped before placement, so the buffer keeps its old bytes there
@@ -77,8 +81,8 @@ from dataclasses import dataclass
 from transports import wire
 from transports.api import Completion, Tx
 from transports.fill import DEFAULT_FILL, check_fill
-from transports.message import OutMsg, npackets
-from transports.mrc import INF, MrcConfig, MrcCore, _ns, _Pkt
+from transports.message import OutMsg, SentPacket, npackets
+from transports.mrc import INF, MrcConfig, MrcCore, _ns
 from transports.pathsel import NACK
 from transports.wire import ACK, FLAG_LAST, FLAG_STOP, FLAG_STOP_OK, HEADER_LEN, pack_header
 
@@ -128,7 +132,7 @@ class _Tx:
     def __init__(self, om: OutMsg, needed: int) -> None:
         self.om = om
         self.needed = needed
-        self.pkts: list[_Pkt] = []  # in PSN order, from the first transmission
+        self.pkts: list[SentPacket] = []  # in PSN order, from the first transmission
         self.parked: list[int] = []  # PSNs of lost chunks not resent (not needed)
         # Liveness: if no chunk is acked for one RTO while chunks are parked, the ones
         # counted "in flight" are presumed lost too and the parked ones go out again.
@@ -378,7 +382,7 @@ class DblpCore(MrcCore):
         cl.tries += 1
         cl.resend_at = now + cl.backoff
         if ev is None:
-            ev = (self.last_ev + cl.tries - 1) % self.evs  # another path on each retry
+            ev = (self.rcv.last_ev + cl.tries - 1) % self.evs  # another path on each retry
         payload = cl.bitmap
         buf = bytearray(HEADER_LEN + len(payload))
         pack_header(buf, ACK, FLAG_STOP, self.conn, 0, cl.msg, int(cl.deadline), cl.msg_len,
@@ -394,16 +398,17 @@ class DblpCore(MrcCore):
             return
         lo, hi = h.psn, h.offset
         if not 0 <= hi - lo <= npackets(cl.msg_len, self.cfg.mtu_payload) \
-                or hi > self.rcv_nxt + self.cfg.window_pkts:
+                or hi > self.rcv.rcv_nxt + self.cfg.window_pkts:
             self.stats["stop_ok_bad"] += 1
             return
         del self.closed[h.msg]
         self.stats["rx_stop_ok"] += 1
-        a = max(lo, self.rcv_nxt)
+        rx = self.rcv
+        a = max(lo, rx.rcv_nxt)
         if hi > a:  # the sender will never send these PSNs: count them as received
-            self.ooo.add(a, hi)
-            self.rcv_nxt = self.ooo.pop_front_from(self.rcv_nxt)
-            out.append(self._make_ack(now))
+            rx.ooo.add(a, hi)
+            rx.rcv_nxt = rx.ooo.pop_front_from(rx.rcv_nxt)
+            out.append(rx.make_ack(now))
 
     # ---- sender -----------------------------------------------------------------------------
 
@@ -468,7 +473,7 @@ class DblpCore(MrcCore):
         out.append(self._stop_ok(msg, lo, hi, om.nbytes, h.ev, now))
         self._pump(now, out)
 
-    def _acked(self, p: _Pkt, now: float, touched: set[int]) -> int:
+    def _acked(self, p: SentPacket, now: float, touched: set[int]) -> int:
         size = super()._acked(p, now, touched)
         om = p.om
         st = self.tx.get(om.msg)
@@ -482,7 +487,7 @@ class DblpCore(MrcCore):
             self.tx.pop(om.msg, None)
         return size
 
-    def _transmit(self, p: _Pkt, ev: int, now: float, out: list[Tx], flags: int) -> bytearray:
+    def _transmit(self, p: SentPacket, ev: int, now: float, out: list[Tx], flags: int) -> bytearray:
         st = self.tx.get(p.om.msg)
         if st is not None and not flags:  # first transmission
             st.pkts.append(p)
@@ -504,7 +509,7 @@ class DblpCore(MrcCore):
         cfg = self.cfg
         return max(cfg.reorder_min, cfg.reorder_frac * self.rack_rtt)
 
-    def _live_bq(self) -> _Pkt | None:
+    def _live_bq(self) -> SentPacket | None:
         return self._live_head(self.bq)
 
     def _pto(self) -> float:
@@ -538,7 +543,7 @@ class DblpCore(MrcCore):
             self._need_cache[st.om.msg] = c
         return c
 
-    def _may_retransmit(self, p: _Pkt) -> bool:
+    def _may_retransmit(self, p: SentPacket) -> bool:
         st = self.tx.get(p.om.msg)
         if st is None or st.needed >= st.om.npkts or st.force:
             return True  # reliable, or unstuck after a stall

@@ -8,6 +8,12 @@ optionally a FIFO of ``rate`` bytes/s with a ``buffer`` of bytes (tail drop), so
 queueing delay builds up. Paths die at a time (``kill``: every packet on that EV,
 both directions, sent or arriving while dead, is lost) and revive.
 
+A receiver's port (``port(a, b, rate, buffer)``): one FIFO that every datagram
+a -> b crosses after its EV's own path, whatever its EV, as the egress port of the
+last switch in front of a host. Other traffic enters it (``port_burst``: bytes at
+a rate for a while, as microburst senders), so every EV of the connection meets the
+same queue: a common-mode delay spike, with tail drops once the buffer is full.
+
 ``run(until, stop)`` advances time: it calls each core's ``on_timer`` at its
 ``next_deadline``, delivers packets with ``on_packet``, sends what cores return
 and gathers completions in ``done[name]``. Every datagram is logged (``log``:
@@ -66,7 +72,7 @@ class Rec:
     flags: int
     psn: int
     size: int
-    fate: str = "in_flight"  # delivered, lost, dead, queue_drop, bad_ev
+    fate: str = "in_flight"  # delivered, lost, dead, queue_drop, port_drop, bad_ev
     t_arrive: float | None = None
 
 
@@ -78,6 +84,30 @@ class _Dir:
 
     def is_dead(self, t: float) -> bool:
         return any(a <= t < b for a, b in self.dead)
+
+
+@dataclass
+class Port:
+    """A FIFO shared by every EV of one direction (a receiver's port), tail drop."""
+
+    rate: float  # bytes/s
+    buffer: int  # bytes it holds
+    delay: float = 0.0  # after it (the last link's propagation)
+    busy_until: float = 0.0
+    dropped: int = 0  # datagrams of the connection dropped here
+    other_bytes: int = 0  # other traffic that entered ...
+    other_dropped: int = 0  # ... and the part of it dropped
+
+    def backlog(self, now: float) -> float:
+        """Bytes queued at ``now``."""
+        return max(0.0, self.busy_until - now) * self.rate
+
+    def enqueue(self, nbytes: int, now: float) -> float | None:
+        """``nbytes`` arrive at ``now``: the time they leave, None if they do not fit."""
+        if self.backlog(now) + nbytes > self.buffer:
+            return None
+        self.busy_until = max(now, self.busy_until) + nbytes / self.rate
+        return self.busy_until
 
 
 class FakeNet:
@@ -92,6 +122,7 @@ class FakeNet:
         self.log: list[Rec] = []
         self.done: dict[str, list[Completion]] = {}
         self.delivered: dict[tuple[str, str], list[int]] = {}  # payload bytes per EV
+        self.ports: dict[tuple[str, str], Port] = {}
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._max_same = max_events_per_instant
@@ -128,6 +159,41 @@ class FakeNet:
         """EV ``ev`` between a and b is dead (both directions) in [at, until)."""
         for key in ((a, b), (b, a)):
             self.paths[key][ev].dead.append((at, until))
+
+    def port(self, a: str, b: str, rate: float, buffer: int = 1 << 20,
+             delay: float = 0.0) -> Port:
+        """Every datagram a -> b crosses one FIFO of ``rate`` bytes/s holding ``buffer``
+        bytes (then ``delay``) after its EV's path: the receiver's port."""
+        if (a, b) not in self.paths:
+            raise ValueError(f"no connection {a!r} -> {b!r}: connect them first")
+        if not rate > 0 or buffer < 1 or delay < 0:
+            raise ValueError(f"port rate={rate!r} must be > 0 bytes/s, buffer={buffer!r} "
+                             f">= 1 byte, delay={delay!r} >= 0 s")
+        p = self.ports[(a, b)] = Port(rate, buffer, delay)
+        return p
+
+    def port_burst(self, a: str, b: str, at: float, until: float, rate: float,
+                   step: float = 50e-6) -> None:
+        """Other traffic at ``rate`` bytes/s enters the a -> b port during [at, until), in
+        slices of ``step`` seconds (what does not fit in its buffer is dropped)."""
+        port = self.ports.get((a, b))
+        if port is None:
+            raise ValueError(f"no port on {a!r} -> {b!r}: call port() first")
+        if not (rate > 0 and step > 0 and until > at):
+            raise ValueError(f"port_burst needs rate > 0, step > 0 and until > at, not "
+                             f"rate={rate!r}, step={step!r}, [{at!r}, {until!r})")
+        n = int(round(rate * step))
+
+        def slice_(t: float) -> None:
+            port.other_bytes += n
+            if port.enqueue(n, self.now) is None:  # the part that fits gets in
+                room = int(max(0.0, port.buffer - port.backlog(self.now)))
+                port.enqueue(room, self.now)
+                port.other_dropped += n - room
+            if t + step < until:
+                self.at(t + step, lambda: slice_(t + step))
+
+        self.at(at, lambda: slice_(at))
 
     def at(self, t: float, fn: Callable[[], None]) -> None:
         """Call ``fn()`` at virtual time ``t``."""
@@ -198,11 +264,12 @@ class FakeNet:
                 t += rng.random() * spec.jitter
             if spec.reorder and rng.random() < spec.reorder:
                 t += rng.random() * spec.reorder_delay
-            self._push(t, 0, (rec, data))
+            hop = 2 if (src, dst) in self.ports else 0  # to the receiver's port first
+            self._push(t, hop, (rec, data))
             if spec.dup and rng.random() < spec.dup:
                 dup = Rec(now, src, dst, ev, rec.kind, rec.flags, rec.psn, size, "in_flight")
                 self.log.append(dup)
-                self._push(t + rng.random() * max(spec.delay, 1e-6), 0, (dup, data))
+                self._push(t + rng.random() * max(spec.delay, 1e-6), hop, (dup, data))
 
     def _push(self, t: float, kind: int, item: object) -> None:
         self._seq += 1
@@ -249,6 +316,15 @@ class FakeNet:
                 item()
                 continue
             rec, data = item
+            if kind == 2:  # at the receiver's port: queue (or drop), then deliver
+                port = self.ports[(rec.src, rec.dst)]
+                leave = port.enqueue(rec.size, t)
+                if leave is None:
+                    rec.fate = "port_drop"
+                    port.dropped += 1
+                else:
+                    self._push(leave + port.delay, 0, item)
+                continue
             d = self.paths[(rec.src, rec.dst)][rec.ev]
             if d.is_dead(t):
                 rec.fate = "dead"

@@ -287,3 +287,22 @@ class MessageCore:
             self.stats["wrong_conn"] += 1
             return None
         return h
+
+
+class SentPacket:
+    """One data packet an MRC sender is responsible for (its latest transmission)."""
+
+    __slots__ = ("psn", "om", "offset", "length", "flags", "crc", "ev", "sent", "ts", "seq",
+                 "lost", "retx", "avoid")
+
+    def __init__(self, psn: int, om: OutMsg, offset: int, length: int, flags: int,
+                 crc: int) -> None:
+        self.psn, self.om, self.offset, self.length = psn, om, offset, length
+        self.flags, self.crc = flags, crc
+        self.ev = -1
+        self.sent = 0.0
+        self.ts = 0  # the header's timestamp (ns): unique per transmission
+        self.seq = 0  # transmission number (global send order)
+        self.lost = False  # declared lost, waiting in the retransmit queue
+        self.retx = False  # sent more than once: which copy an ACK is for is unknown
+        self.avoid = True  # resent on another EV than its last (False: no evidence against it)

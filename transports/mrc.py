@@ -12,51 +12,35 @@ oldest unacknowledged one. The window compares each ACK's RTT with the base RTT 
 the EV it was measured on (per-EV, windowed); an EV re-admitted after a failure
 learns its base again (the route behind it may have changed).
 
-Receiving. DATA is placed straight into the message's buffer at its offset
-(transports/message.py). The receiver keeps the next expected PSN (``rcv_nxt``)
-and the PSN ranges received beyond it, and returns ACKs carrying the cumulative
-ack, SACK blocks (at most ``max_sack_blocks``: the lowest ones and the highest),
-``ts_echo`` and the EV of the packet that triggered the ACK (``ts_echo`` is that
-packet's ``ts`` plus the time the receiver held the ACK, so coalescing does not
-inflate the sender's RTT samples). ACKs are coalesced
-(every ``ack_every`` packets or after ``ack_delay``) but sent at once for
-FLAG_ACK_REQ, for a packet that is out of order or fills a gap, and for a
-duplicate. **An ACK, PROBE_ACK or any reply goes back on the EV the triggering
-packet came in on**: the driver must map EV i to the same path (plane, spines)
-in both directions, so that a probe answered proves the path round trip.
+Receiving (transports/mrcrx.py). DATA is placed straight into the message's buffer
+at its offset; ACKs carry the cumulative ack, SACK blocks, ``ts_echo`` (the
+triggering packet's ``ts`` plus the time the ACK was held) and that packet's EV;
+they are coalesced, but sent at once for FLAG_ACK_REQ, a gap and a duplicate.
+**An ACK, PROBE_ACK or any reply goes back on the EV the triggering packet came in
+on**: the driver must map EV i to the same path (plane, spines) in both
+directions, so that a probe answered proves the path round trip.
 
-Loss detection (sprayed traffic reorders across paths, not within one):
-  A. per EV (RACK-like): a packet is lost when a packet sent *later on the same
-     EV* has been acknowledged and it was sent more than ``reo_wnd`` earlier than
-     that one, ``reo_wnd = max(reorder_min, reorder_frac * srtt(EV))``; a path is a
-     FIFO, so this holds whatever the other paths' delays are;
-  B. across EVs: a packet is lost when a packet ``dupthresh`` transmissions later
-     (any EV) has been acknowledged *and* it has been out longer than its own EV's
-     ``max(srtt * (1 + reorder_frac) + reorder_min, srtt + 4 rttvar)`` (an RTO of
-     that EV without the ``rto_min`` floor): a slow path is not blamed for being
-     slower than a fast one;
-  C. per packet RTO: the larger of ``srtt + 4 rttvar`` of the EV it was sent on and
-     of all EVs together, within [rto_min, rto_max], doubled per consecutive RTO
-     round without progress.
-A lost packet is retransmitted (same PSN, FLAG_RETX) on a *different* EV than
-the one that lost it, and that EV is retired (below). When B or C retires an EV
-(the path went silent), every packet still outstanding on it is declared lost
-too, so a dead path never holds the window until each of its packets times out. A NACK is read as a
-trimmed packet (its ``psn`` field names it): retransmitted, the EV not blamed.
+Loss detection, blame and timeouts (transports/mrcloss.py): A (a later packet on
+the same EV acknowledged), B (``dupthresh`` later transmissions acknowledged, with
+RACK timing), C (per-packet RTO, with a floor in RTTs). A loss is blamed on its EV
+(which is retired) only when a transmission sent after it got through; an RTO
+without that evidence is *silent*: the packet and the newest one out are resent,
+nothing else. Spurious retransmissions are counted and a wrong blame is undone
+(Eifel-style).
 
-Per-EV states: GOOD (carries data), ASSUMED_BAD (retired after a loss or RTO;
-probed with PROBE packets, ``probe_min``..``probe_max`` with doubling backoff,
-re-admitted only when a PROBE_ACK answers), DENIED (``deny(ev)``, by a
-controller; ``allow(ev)`` makes it ASSUMED_BAD and probes it). At least
-``min(ev_min_active, EVs not denied)`` EVs stay GOOD: when too many are bad, the
-least recently failed one comes back unprobed. Changes are listed by
-``ev_changes()``.
+Per-EV states (transports/evstate.py): GOOD (carries data), ASSUMED_BAD (retired
+after a loss blamed on it; probed with PROBE packets, ``probe_min``..``probe_max``
+with doubling backoff, re-admitted when a PROBE_ACK answers or a loss is undone),
+DENIED (``deny(ev)``, by a controller; ``allow(ev)`` makes it ASSUMED_BAD and
+probes it). At least ``min(ev_min_active, EVs not denied)`` EVs stay GOOD.
+Changes are listed by ``ev_changes()``.
 
-Peer gone. Each RTO round without any new data acknowledged is a strike; more
-than ``max_retries`` strikes fail the connection: every pending send and posted
-receive completes with ok=False and an error, and later sends fail at once.
-Worst case before failing: about rto * (2 ** (max_retries + 1)), capped per round
-by rto_max. If every EV is DENIED, data waits for ``allow`` (no strikes).
+Peer gone. Each RTO without new data acknowledged since (a silent one, or a round
+of blamed ones) is a strike and doubles every RTO; more than ``max_retries``
+strikes fail the connection: every pending send and posted receive completes with
+ok=False and an error, and later sends fail at once. Worst case before failing:
+about rto * (2 ** (max_retries + 1)), capped per round by rto_max. If every EV is
+DENIED, data waits for ``allow`` (no strikes).
 
 Malformed datagrams and protocol violations are counted in ``stats`` (a
 Counter, by reason) and dropped; nothing raises. PSNs are not wrapped (2^32
@@ -67,14 +51,20 @@ from __future__ import annotations
 
 import heapq
 import random
+from bisect import bisect_right
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from transports import wire
 from transports.api import Completion, Tx
-from transports.cc import Nscc, NsccConfig, RttEstimator
-from transports.message import DROPPED, IntervalSet, MessageCore, OutMsg, Reassembly
-from transports.pathsel import DELAY, GOOD, NACK, TIMEOUT, make_selector
+from transports.cc import Nscc, NsccConfig
+from transports.evstate import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, EvStates  # noqa: F401
+from transports.message import IntervalSet, MessageCore, OutMsg, Reassembly, SentPacket
+from transports.mrcloss import LossDetection
+from transports.mrcrx import MrcReceiver
+from transports.pathsel import DELAY, GOOD, NACK, make_selector
+from transports.rto import RttEstimator, check_rto_config
+from transports.spurious import RetxLedger
 from transports.wire import (
     ACK,
     DATA,
@@ -88,7 +78,6 @@ from transports.wire import (
     pack_header,
 )
 
-EV_GOOD, EV_ASSUMED_BAD, EV_DENIED = "GOOD", "ASSUMED_BAD", "DENIED"
 INF = float("inf")
 
 
@@ -103,7 +92,8 @@ class MrcConfig:
     ack_delay: float = 50e-6
     max_sack_blocks: int = 32
     rto_init: float = 10e-3  # before any RTT sample
-    rto_min: float = 1e-3
+    rto_min: float = 250e-6  # the RTO floor's absolute part: timer granularity, ACK delay
+    rto_min_rtts: float = 4.0  # ... and its part in minimum RTTs (transports/rto.py)
     rto_max: float = 0.25
     max_retries: int = 7  # RTO rounds without progress before the connection fails
     reorder_frac: float = 0.25
@@ -125,28 +115,13 @@ class MrcConfig:
             raise ValueError("ack_every, max_sack_blocks and window_pkts must be >= 1")
         if self.ev_min_active < 1 or self.max_retries < 0 or self.dupthresh < 1:
             raise ValueError("ev_min_active >= 1, max_retries >= 0, dupthresh >= 1")
-        if not 0 < self.rto_min <= self.rto_max or not 0 < self.probe_min <= self.probe_max:
-            raise ValueError("need 0 < rto_min <= rto_max and 0 < probe_min <= probe_max")
+        check_rto_config("MrcConfig", self.rto_init, self.rto_min, self.rto_min_rtts,
+                         self.rto_max)
+        if not 0 < self.probe_min <= self.probe_max:
+            raise ValueError("need 0 < probe_min <= probe_max")
 
 
-class _Pkt:
-    """One data packet the sender is responsible for (its latest transmission)."""
-
-    __slots__ = ("psn", "om", "offset", "length", "flags", "crc", "ev", "sent", "seq", "lost",
-                 "retx")
-
-    def __init__(self, psn: int, om: OutMsg, offset: int, length: int, flags: int,
-                 crc: int) -> None:
-        self.psn, self.om, self.offset, self.length = psn, om, offset, length
-        self.flags, self.crc = flags, crc
-        self.ev = -1
-        self.sent = 0.0
-        self.seq = 0  # transmission number (global send order)
-        self.lost = False  # declared lost, waiting in the retransmit queue
-        self.retx = False  # sent more than once: which copy an ACK is for is unknown
-
-
-class MrcCore(MessageCore):
+class MrcCore(LossDetection, MessageCore):
     """One end of an MRC connection over ``evs`` paths."""
 
     def __init__(self, conn: int, evs: int, config: MrcConfig | None = None,
@@ -167,46 +142,43 @@ class MrcCore(MessageCore):
         # sender
         self.snd_una = 0
         self.snd_nxt = 0
-        self.inflight: dict[int, _Pkt] = {}
+        self.inflight: dict[int, SentPacket] = {}
         self.sacked = IntervalSet()
         self.sendq: deque[OutMsg] = deque()
         self.out_msgs: dict[int, OutMsg] = {}
         self.retxq: deque[int] = deque()
+        self.forced: set[int] = set()  # silent-RTO retransmissions: sent whatever the window
+        self.silent_ev = -1  # the EV the last of them went on (they take turns)
         self.bytes_in_flight = 0
         self.tx_seq = 0
+        self.tx_ts = 0  # the last DATA timestamp: each is unique, so an ACK names one copy
         self.ev_q: list[deque[tuple[int, int]]] = [deque() for _ in range(evs)]
         self.order: deque[tuple[int, int]] = deque()
         self.rto_heap: list[tuple[float, int, int]] = []
-        self.hi_seq = 0
+        self.hi_seq = 0  # the latest-sent first transmission acknowledged (any EV) ...
+        self.hi_rtt = 0.0  # ... and how long it took: what the fabric takes now (RACK)
         self.strikes = 0
         self.strike_until = -INF
+        self.progress_at = -INF  # the last ACK that acknowledged new data
+        self.floor = cfg.rto_min  # the RTO floor (rto_floor())
         # per EV
-        self.state = [EV_GOOD] * evs
-        self.failed_at = [-INF] * evs
+        self.paths = EvStates(evs, cfg.ev_min_active, cfg.probe_min, cfg.probe_max,
+                              self.stats, self.sel.set_active)
+        self.state = self.paths.state  # (the same list)
         self.rtt = [RttEstimator() for _ in range(evs)]
         self.srtt = RttEstimator()  # all EVs together
         self.congested = [False] * evs
         self.hi_acked_seq = [0] * evs
         self.hi_acked_sent = [-INF] * evs
-        self.probe_at = [INF] * evs
-        self.probe_backoff = [cfg.probe_min] * evs
-        self.probe_seq = [0] * evs
-        self.probe_base = [0] * evs
-        self.bad: set[int] = set()
-        self.active: list[int] = list(range(evs))
         self.ev_tx = [0] * evs  # data packets sent per EV
-        self._ev_events: list[tuple[float, int, str, str]] = []
-        # receiver
-        self.rcv_nxt = 0
-        self.ooo = IntervalSet()
-        self.ack_pending = 0
-        self.ack_at = INF
-        self.last_ts = 0
-        self.last_rx = 0.0
-        self.last_ev = 0
+        # spurious retransmissions and the decisions they undo (Eifel-style)
+        self.ledger = RetxLedger(max(1.0, 2 * cfg.rto_max))
+        # psn -> (its EV, when that loss was declared, the window before a cut then)
+        self.blame: dict[int, tuple[int, float, float | None]] = {}
+        self.rcv = MrcReceiver(conn, cfg, self.reasm, self.stats)
 
     def __repr__(self) -> str:
-        return (f"MrcCore(conn={self.conn}, evs={self.evs}, active={len(self.active)}, "
+        return (f"MrcCore(conn={self.conn}, evs={self.evs}, active={len(self.paths.active)}, "
                 f"inflight={len(self.inflight)}, cwnd={self.cc.cwnd:.0f})")
 
     # ---- the Core interface -------------------------------------------------------------
@@ -225,7 +197,7 @@ class MrcCore(MessageCore):
         elif kind == ACK:
             self._on_ack(h, data, now, out)
         elif kind == PROBE:
-            self._on_probe(h, now, out)
+            self.rcv.on_probe(h, now, out)
         elif kind == PROBE_ACK:
             self._on_probe_ack(h, now, out)
         else:
@@ -234,36 +206,16 @@ class MrcCore(MessageCore):
 
     def on_timer(self, now: float) -> list[Tx]:
         out: list[Tx] = []
-        if self.ack_at <= now:
-            out.append(self._make_ack(now))
-        heap = self.rto_heap
-        fired = False
-        while heap and heap[0][0] <= now:
-            _, seq, psn = heapq.heappop(heap)
-            p = self.inflight.get(psn)
-            if p is None or p.seq != seq or p.lost:
-                continue
-            later = p.sent + min(self.cfg.rto_max, self._rto(p.ev) * (1 << self.strikes))
-            if later > now:  # the RTT estimate grew since it was sent: wait with today's RTO
-                heapq.heappush(heap, (later, seq, psn))
-                continue
-            fired = True
-            self._lose(p, now, TIMEOUT, "loss_rto")
-        if fired:
-            self.cc.on_timeout(now)
-            if now >= self.strike_until:
-                self.strikes += 1
-                self.strike_until = now + 0.5 * self._rto_any()
-                if self.strikes > self.cfg.max_retries:
-                    self._fail(now, f"peer unreachable: {self.strikes} retransmission "
-                                    "timeouts without progress")
-                    return out
+        if self.rcv.ack_at <= now:
+            out.append(self.rcv.make_ack(now))
+        if self._expire(now):  # the connection failed
+            return out
         self._send_probes(now, out)
         self._pump(now, out)
         return out
 
     def next_deadline(self) -> float | None:
-        d = self.ack_at
+        d = self.rcv.ack_at
         heap, inflight = self.rto_heap, self.inflight
         while heap:
             _, seq, psn = heap[0]
@@ -273,8 +225,8 @@ class MrcCore(MessageCore):
                 continue
             d = min(d, heap[0][0])
             break
-        if self.bad:
-            d = min(d, min(self.probe_at[e] for e in self.bad))
+        if self.paths.bad:
+            d = min(d, self.paths.next_probe())
         return None if d == INF else d
 
     def completions(self) -> list[Completion]:
@@ -286,96 +238,31 @@ class MrcCore(MessageCore):
 
     def deny(self, ev: int, now: float = 0.0) -> None:
         """A controller forbids ``ev``: it carries nothing until ``allow`` and a probe."""
-        self._set_state(ev, EV_DENIED, now)
-        self.bad.discard(ev)
-        self.probe_at[ev] = INF
-        self._ensure_min_active(now)
-        self._update_active()
+        self.paths.deny(ev, now)
 
     def allow(self, ev: int, now: float = 0.0) -> None:
         """Undo ``deny``: the EV is probed at once and carries data once a probe returns."""
-        if self.state[ev] != EV_DENIED:
-            return
-        self._set_state(ev, EV_ASSUMED_BAD, now)
-        self._start_probing(ev, now)
-        self.probe_at[ev] = now
+        self.paths.allow(ev, now, self._rto(ev))
 
     def ev_state(self, ev: int) -> str:
         return self.state[ev]
 
     def ev_changes(self) -> list[tuple[float, int, str, str]]:
         """(t, ev, old, new) state changes since the last call (drained)."""
-        ev = self._ev_events[:]
-        self._ev_events.clear()
-        return ev
+        return self.paths.changes()
 
-    # ---- receiver -----------------------------------------------------------------------
+    # ---- receiver (transports/mrcrx.py) -----------------------------------------------
+
+    @property
+    def rcv_nxt(self) -> int:
+        return self.rcv.rcv_nxt
 
     def _on_data(self, h: wire.Header, data: bytes | memoryview, now: float,
                  out: list[Tx]) -> None:
-        payload = memoryview(data)[HEADER_LEN:HEADER_LEN + h.length]
-        if h.crc:
-            if wire.crc32(payload) != h.crc:
-                self.stats["crc"] += 1
-                return
-        elif self.cfg.use_crc and h.length:
-            self.stats["no_crc"] += 1
-            return
-        psn = h.psn
-        if psn < self.rcv_nxt or psn in self.ooo:
-            self.stats["dup_data"] += 1
-            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
-            out.append(self._make_ack(now))
-            return
-        if psn >= self.rcv_nxt + self.cfg.window_pkts:
-            self.stats["out_of_window"] += 1
-            return
-        if self.reasm.place(h.msg, h.offset, payload, h.msg_len, now) == DROPPED:
-            return
-        self.stats["rx_data_pkts"] += 1
-        gap = psn != self.rcv_nxt or len(self.ooo) > 0
-        if psn == self.rcv_nxt:
-            self.rcv_nxt = self.ooo.pop_front_from(psn + 1)
-        else:
-            self.ooo.add(psn, psn + 1)
-        self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
-        self.ack_pending += 1
-        if gap or h.flags & FLAG_ACK_REQ or self.ack_pending >= self.cfg.ack_every:
-            out.append(self._make_ack(now))
-        elif self.ack_at == INF:
-            self.ack_at = now + self.cfg.ack_delay
+        self.rcv.on_data(h, data, now, out)
 
     def _make_ack(self, now: float) -> Tx:
-        self.ack_pending = 0
-        self.ack_at = INF
-        ooo = self.ooo
-        nb = len(ooo)
-        flags = 0
-        if nb:
-            flags = FLAG_SACK
-            mx = self.cfg.max_sack_blocks
-            if nb <= mx:
-                blocks = ooo.ranges()
-            else:  # the lowest holes matter most; the highest tells how far data got
-                blocks = list(zip(ooo.starts[:mx - 1], ooo.ends[:mx - 1], strict=True))
-                blocks.append((ooo.starts[-1], ooo.ends[-1]))
-            payload = wire.pack_sack(blocks)
-        else:
-            payload = b""
-        buf = bytearray(HEADER_LEN + len(payload))
-        # ts_echo includes the time the ACK was held here, so the sender's RTT excludes it
-        echo = self.last_ts + int((now - self.last_rx) * 1e9) if self.last_ts else 0
-        pack_header(buf, ACK, flags, self.conn, self.rcv_nxt, 0, 0, 0, self.last_ev,
-                    len(payload), _ns(now), echo & 0xFFFFFFFFFFFFFFFF)
-        buf[HEADER_LEN:] = payload
-        self.stats["tx_ack"] += 1
-        return (self.last_ev, buf)
-
-    def _on_probe(self, h: wire.Header, now: float, out: list[Tx]) -> None:
-        buf = bytearray(HEADER_LEN)
-        pack_header(buf, PROBE_ACK, 0, self.conn, h.psn, 0, 0, 0, h.ev, 0, _ns(now), h.ts)
-        out.append((h.ev, buf))
-        self.stats["rx_probe"] += 1
+        return self.rcv.make_ack(now)
 
     # ---- sender: acknowledgements ---------------------------------------------------------
 
@@ -397,13 +284,24 @@ class MrcCore(MessageCore):
             return
         self.stats["rx_ack"] += 1
         inflight = self.inflight
+        # the transmissions of retransmitted packets this ACK may name (transports/spurious.py)
+        named = self.ledger.get(h.ts_echo, h.ev) if h.ts_echo else ()
+        if named:
+            named = [(psn, inflight.get(psn)) for psn in named]
         touched: set[int] = set()
+        # an ACK back on a retired EV may prove a loss that retired it wrong (_undo)
+        proof: list[int] | None = [] if self.state[h.ev] == EV_ASSUMED_BAD else None
         newly = 0
+        acked: list[int] = []
         if cum > self.snd_una:
             for psn in range(self.snd_una, cum):
                 p = inflight.pop(psn, None)
                 if p is not None:
                     newly += self._acked(p, now, touched)
+                    if p.retx:
+                        acked.append(psn)
+                    if proof is not None:
+                        proof.append(psn)
             self.snd_una = cum
             self.sacked.discard_below(cum)
         for a, b in blocks:
@@ -414,11 +312,23 @@ class MrcCore(MessageCore):
                     p = inflight.pop(psn, None)
                     if p is not None:
                         newly += self._acked(p, now, touched)
+                        if p.retx:
+                            acked.append(psn)
+                        if proof is not None:
+                            proof.append(psn)
+        for psn in acked:  # when the receiver first acknowledged them (its clock)
+            self.ledger.acked(psn, h.ts)
         if newly:
             self.strikes = 0
             self.strike_until = -INF
+            self.progress_at = now
         else:
             self.stats["dup_ack"] += 1
+        if named:
+            self._check_spurious(h.ts_echo, h.ev, h.ts, named, now)
+        if proof:
+            for psn in proof:
+                self._undo(psn, now, h.ev)
         rtt = None
         ts_echo = h.ts_echo
         if ts_echo:
@@ -432,6 +342,8 @@ class MrcCore(MessageCore):
                 self.stats["bad_ts_echo"] += 1
         self.cc.on_ack(newly, rtt, now, h.ev)
         if rtt is not None:
+            self._new_floor()
+        if rtt is not None:
             # the selector's congestion signal: above the EV's base plus the delay target
             # *and* worse than the EVs on average (a uniformly loaded fabric should not
             # penalise anyone)
@@ -441,7 +353,7 @@ class MrcCore(MessageCore):
             self._detect_losses(now, touched)
         self._pump(now, out)
 
-    def _acked(self, p: _Pkt, now: float, touched: set[int]) -> int:
+    def _acked(self, p: SentPacket, now: float, touched: set[int]) -> int:
         size = HEADER_LEN + p.length
         if not p.lost:
             self.bytes_in_flight -= size
@@ -451,7 +363,7 @@ class MrcCore(MessageCore):
                 self.hi_acked_seq[ev] = p.seq
                 self.hi_acked_sent[ev] = p.sent
             if p.seq > self.hi_seq:
-                self.hi_seq = p.seq
+                self.hi_seq, self.hi_rtt = p.seq, now - p.sent
             touched.add(ev)
         self.sel.feedback(ev, DELAY if self.congested[ev] else GOOD)
         om = p.om
@@ -461,38 +373,6 @@ class MrcCore(MessageCore):
             del self.out_msgs[om.msg]
             self._done.append(Completion(om.msg, "send", True, om.nbytes, now))
         return size
-
-    def _detect_losses(self, now: float, touched: set[int]) -> None:
-        cfg = self.cfg
-        for ev in touched:  # A: a later packet on the same (FIFO) path got through
-            q = self.ev_q[ev]
-            hi = self.hi_acked_seq[ev]
-            lim = self.hi_acked_sent[ev] - max(cfg.reorder_min,
-                                               cfg.reorder_frac * self.rtt[ev].srtt)
-            while (p := self._live_head(q)) is not None and p.seq < hi and p.sent <= lim:
-                q.popleft()
-                self._lose(p, now, NACK, "loss_same_ev")
-        q = self.order  # B: dupthresh later transmissions acked and older than its path RTT
-        while (p := self._live_head(q)) is not None:
-            est = self.rtt[p.ev] if self.rtt[p.ev].srtt else self.srtt
-            srtt = est.srtt
-            if not (self.hi_seq - p.seq >= cfg.dupthresh and srtt
-                    and now - p.sent > max(srtt * (1 + cfg.reorder_frac) + cfg.reorder_min,
-                                           srtt + 4 * est.rttvar)):
-                break
-            q.popleft()
-            self._lose(p, now, NACK, "loss_cross_ev")
-
-    def _live_head(self, q: deque) -> _Pkt | None:
-        """The oldest packet of a (seq, psn) queue still in flight; stale entries are dropped."""
-        inflight = self.inflight
-        while q:
-            seq, psn = q[0]
-            p = inflight.get(psn)
-            if p is not None and p.seq == seq and not p.lost:
-                return p
-            q.popleft()
-        return None
 
     def _on_nack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         """A trimmed packet: retransmit it without blaming its path."""
@@ -505,120 +385,33 @@ class MrcCore(MessageCore):
         self.sel.feedback(p.ev, NACK)
         self._pump(now, out)
 
-    def _requeue(self, p: _Pkt) -> None:
-        """Take ``p`` out of flight and queue it for retransmission."""
-        p.lost = True
-        self.bytes_in_flight -= HEADER_LEN + p.length
-        self.retxq.append(p.psn)
-
-    def _lose(self, p: _Pkt, now: float, kind: int, reason: str) -> None:
-        self._requeue(p)
-        self.stats[reason] += 1
-        self.sel.feedback(p.ev, kind)
-        ev = p.ev
-        if self.state[ev] == EV_GOOD:
-            self._retire(ev, now)
-            if kind == TIMEOUT or reason == "loss_cross_ev":
-                self._flush(ev)
-
-    def _flush(self, ev: int) -> None:
-        """The path went silent: everything still out on it is lost (resent elsewhere)."""
-        inflight = self.inflight
-        q = self.ev_q[ev]
-        while q:
-            seq, psn = q.popleft()
-            p = inflight.get(psn)
-            if p is None or p.seq != seq or p.lost:
-                continue
-            p.lost = True
-            self.bytes_in_flight -= HEADER_LEN + p.length
-            self.retxq.append(psn)
-            self.stats["loss_ev_flush"] += 1
-
-    # ---- per-EV state ---------------------------------------------------------------------
-
-    def _set_state(self, ev: int, new: str, now: float) -> None:
-        old = self.state[ev]
-        if old != new:
-            self.state[ev] = new
-            self._ev_events.append((now, ev, old, new))
-
-    def _start_probing(self, ev: int, now: float) -> None:
-        self.bad.add(ev)
-        self.probe_base[ev] = self.probe_seq[ev]
-        self.probe_backoff[ev] = max(self.cfg.probe_min, self._rto(ev))
-        self.probe_at[ev] = now
-
-    def _retire(self, ev: int, now: float) -> None:
-        if self.state[ev] != EV_GOOD:
-            return
-        self._set_state(ev, EV_ASSUMED_BAD, now)
-        self.failed_at[ev] = now
-        self.stats["ev_retired"] += 1
-        self._start_probing(ev, now)
-        self._ensure_min_active(now)
-        self._update_active()
-
-    def _ensure_min_active(self, now: float) -> None:
-        allowed = sum(1 for s in self.state if s != EV_DENIED)
-        need = min(self.cfg.ev_min_active, allowed)
-        good = sum(1 for s in self.state if s == EV_GOOD)
-        while good < need and self.bad:
-            ev = min(self.bad, key=lambda e: (self.failed_at[e], e))
-            self.bad.discard(ev)
-            self.probe_at[ev] = INF
-            self._set_state(ev, EV_GOOD, now)
-            self.stats["ev_forced_back"] += 1
-            good += 1
-
-    def _update_active(self) -> None:
-        self.active = [e for e in range(self.evs) if self.state[e] == EV_GOOD]
-        if self.active:
-            self.sel.set_active(self.active)
+    # ---- per-EV state (transports/evstate.py) -------------------------------------------
 
     def _send_probes(self, now: float, out: list[Tx]) -> None:
-        for ev in self.bad:
-            if self.probe_at[ev] <= now:
-                self.probe_seq[ev] += 1
-                buf = bytearray(HEADER_LEN)
-                pack_header(buf, PROBE, FLAG_ACK_REQ, self.conn, self.probe_seq[ev], 0, 0, 0,
-                            ev, 0, _ns(now))
-                out.append((ev, buf))
-                self.stats["tx_probe"] += 1
-                self.probe_at[ev] = now + self.probe_backoff[ev]
-                self.probe_backoff[ev] = min(self.cfg.probe_max, 2 * self.probe_backoff[ev])
+        for ev, seq in self.paths.due(now):
+            buf = bytearray(HEADER_LEN)
+            pack_header(buf, PROBE, FLAG_ACK_REQ, self.conn, seq, 0, 0, 0, ev, 0, _ns(now))
+            out.append((ev, buf))
+            self.stats["tx_probe"] += 1
 
     def _on_probe_ack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         ev = h.ev
-        if (self.state[ev] != EV_ASSUMED_BAD
-                or not self.probe_base[ev] < h.psn <= self.probe_seq[ev]):
+        if not self.paths.answers(ev, h.psn):
             self.stats["stale_probe_ack"] += 1
             return
         r = now - h.ts_echo * 1e-9
         if 0 < r < 60.0:
             self.rtt[ev].sample(r)
-        self.bad.discard(ev)
-        self.probe_at[ev] = INF
-        self._set_state(ev, EV_GOOD, now)
+        self.paths.readmit(ev, now)
         self.cc.forget(ev)  # it may be another route now (longer or shorter): learn it again
+        self._new_floor()
         self.stats["ev_readmitted"] += 1
-        self._update_active()
         self._pump(now, out)
 
     # ---- sender: transmission -------------------------------------------------------------
 
-    def _rto(self, ev: int) -> float:
-        cfg = self.cfg
-        overall = self.srtt.rto(cfg.rto_min, cfg.rto_max, cfg.rto_init)
-        return max(overall, self.rtt[ev].rto(cfg.rto_min, cfg.rto_max, overall))
-
-    def _rto_any(self) -> float:
-        cfg = self.cfg
-        return min(cfg.rto_max,
-                   self.srtt.rto(cfg.rto_min, cfg.rto_max, cfg.rto_init) * (1 << self.strikes))
-
     def _pick_ev(self, psn: int, avoid: int) -> int:
-        active = self.active
+        active = self.paths.active
         ev = self.sel.next_ev(psn)
         if self.state[ev] != EV_GOOD:
             ev = active[psn % len(active)]
@@ -630,30 +423,51 @@ class MrcCore(MessageCore):
             ev = next(e for e in active if e != avoid)
         return ev
 
-    def _may_retransmit(self, p: _Pkt) -> bool:
+    def _next_silent_ev(self, avoid: int) -> int:
+        """The EV of a silent RTO's retransmission: with no evidence against any path, each
+        active EV in turn after the previous one's, skipping ``avoid`` (the packet's last)."""
+        active = self.paths.active
+        i = bisect_right(active, self.silent_ev) % len(active)
+        if active[i] == avoid and len(active) > 1:
+            i = (i + 1) % len(active)
+        self.silent_ev = active[i]
+        return self.silent_ev
+
+    def _may_retransmit(self, p: SentPacket) -> bool:
         """Whether lost packet ``p`` is resent now (MRC: always; DBLP parks some)."""
         return True
 
     def _pump(self, now: float, out: list[Tx]) -> None:
-        if self.failed or not self.active:
+        if self.failed or not self.paths.active:
             return
         cwnd = self.cc.cwnd
         inflight = self.inflight
         retxq = self.retxq
         last = None
+        forced_set = self.forced
         while retxq:
             p = inflight.get(retxq[0])
             if p is None or not p.lost:
-                retxq.popleft()
+                forced_set.discard(retxq.popleft())
                 continue
             if not self._may_retransmit(p):  # a subclass keeps it (bounded loss)
-                retxq.popleft()
+                forced_set.discard(retxq.popleft())
                 continue
-            if self.bytes_in_flight and self.bytes_in_flight + HEADER_LEN + p.length > cwnd:
+            forced = p.psn in forced_set
+            if (self.bytes_in_flight and self.bytes_in_flight + HEADER_LEN + p.length > cwnd
+                    and not forced):
                 break
             retxq.popleft()
+            if not p.retx:  # the first copy: a duplicate of it would name it too
+                self.ledger.record(p.ts, p.ev, p.psn, now)
             p.retx = True
-            last = self._transmit(p, self._pick_ev(p.psn, p.ev), now, out, FLAG_RETX)
+            if forced:  # an RTO probe: its ACK at once (an exact echo: transports/spurious.py)
+                forced_set.discard(p.psn)
+                ev = self._next_silent_ev(p.ev)
+            else:
+                ev = self._pick_ev(p.psn, p.ev if p.avoid else -1)
+            last = self._transmit(p, ev, now, out, FLAG_RETX | (FLAG_ACK_REQ if forced else 0))
+            self.ledger.record(p.ts, p.ev, p.psn, now)
             self.stats["tx_retx"] += 1
         mtu = self.cfg.mtu_payload
         sendq = self.sendq
@@ -669,22 +483,24 @@ class MrcCore(MessageCore):
                 sendq.popleft()
                 flags = FLAG_LAST
             crc = wire.crc32(om.data[off:off + length]) if self.cfg.use_crc and length else 0
-            p = _Pkt(self.snd_nxt, om, off, length, flags, crc)
+            p = SentPacket(self.snd_nxt, om, off, length, flags, crc)
             inflight[self.snd_nxt] = p
             self.snd_nxt += 1
             last = self._transmit(p, self._pick_ev(p.psn, -1), now, out, 0)
         if last is not None and (not sendq or retxq):
             last[3] |= FLAG_ACK_REQ  # the low byte of the big-endian flags field
 
-    def _transmit(self, p: _Pkt, ev: int, now: float, out: list[Tx], flags: int) -> bytearray:
+    def _transmit(self, p: SentPacket, ev: int, now: float, out: list[Tx], flags: int) -> bytearray:
         self.tx_seq += 1
         seq = self.tx_seq
-        p.ev, p.sent, p.seq, p.lost = ev, now, seq, False
+        ts = max(_ns(now), self.tx_ts + 1)  # packets sent at one instant: 1 ns apart
+        self.tx_ts = ts
+        p.ev, p.sent, p.ts, p.seq, p.lost = ev, now, ts, seq, False
         n = p.length
         om = p.om
         buf = bytearray(HEADER_LEN + n)
         pack_header(buf, DATA, p.flags | flags, self.conn, p.psn, om.msg, p.offset, om.nbytes,
-                    ev, n, _ns(now), 0, p.crc)
+                    ev, n, ts, 0, p.crc)
         if n:
             buf[HEADER_LEN:] = om.data[p.offset:p.offset + n]
         self.bytes_in_flight += HEADER_LEN + n
@@ -706,11 +522,14 @@ class MrcCore(MessageCore):
         self.sendq.clear()
         self.inflight.clear()
         self.retxq.clear()
+        self.forced.clear()
         self.rto_heap.clear()
         self.order.clear()
         for q in self.ev_q:
             q.clear()
-        self.bad.clear()
+        self.paths.clear()
+        self.ledger.clear()
+        self.blame.clear()
         self.bytes_in_flight = 0
         self.reasm.fail_all(error, now)
 

@@ -12,6 +12,18 @@ unacknowledged. ACKs are cumulative (no SACK), coalesced like MRC's. Same
 message API, placement, retry budget and peer-gone behaviour as MRC
 (transports/mrc.py): more than ``max_retries`` RTOs without progress fail
 every pending message with ok=False.
+
+RTO: RFC 6298 (srtt + 4 rttvar), doubled per RTO without progress, within
+[floor, rto_max], the floor ``max(rto_min, rto_min_rtts * minimum RTT)``
+(transports/rto.py), restarted by every ACK of new data.
+
+Spurious retransmissions: the receiver counts every packet it already had
+(``dup_data``) and acknowledges it at once; an ACK's ``ts_echo`` is its packet's
+``ts`` plus the time the ACK was held, so one sent at once echoes it exactly. The
+sender counts an ACK that advances nothing and echoes exactly the timestamp of one
+of its retransmissions as one retransmission that was not needed
+(``tx_retx_spurious``: the path is a FIFO, so such an ACK can only answer a
+duplicate). RC does not act on it (go-back-N as RoCE NICs do); it is reported.
 """
 
 from __future__ import annotations
@@ -21,8 +33,9 @@ from dataclasses import dataclass
 
 from transports import wire
 from transports.api import Completion, Tx
-from transports.cc import RttEstimator
 from transports.message import DROPPED, MessageCore, OutMsg, Reassembly
+from transports.rto import MinRtt, RttEstimator, check_rto_config, rto_floor
+from transports.spurious import RetxLedger
 from transports.wire import (
     ACK,
     DATA,
@@ -48,7 +61,8 @@ class RcConfig:
     ack_every: int = 4
     ack_delay: float = 50e-6
     rto_init: float = 10e-3
-    rto_min: float = 1e-3
+    rto_min: float = 250e-6  # the RTO floor's absolute part: timer granularity, ACK delay
+    rto_min_rtts: float = 4.0  # ... and its part in minimum RTTs (transports/rto.py)
     rto_max: float = 0.25
     max_retries: int = 7
     unposted_limit: int = 64 << 20
@@ -59,8 +73,8 @@ class RcConfig:
             raise ValueError(f"mtu_payload must be in 1..{wire.MAX_PAYLOAD}")
         if self.window_pkts < 1 or self.ack_every < 1 or self.max_retries < 0:
             raise ValueError("window_pkts >= 1, ack_every >= 1, max_retries >= 0")
-        if not 0 < self.rto_min <= self.rto_max:
-            raise ValueError("need 0 < rto_min <= rto_max")
+        check_rto_config("RcConfig", self.rto_init, self.rto_min, self.rto_min_rtts,
+                         self.rto_max)
 
 
 class RcCore(MessageCore):
@@ -84,6 +98,8 @@ class RcCore(MessageCore):
         self.window = float(cfg.window_pkts)
         self.last_cut = -INF
         self.rtt = RttEstimator()
+        self.min_rtt = MinRtt()
+        self.ledger = RetxLedger(max(1.0, 2 * cfg.rto_max))  # retransmissions by timestamp
         self.rto_at = INF
         self.strikes = 0
         # receiver
@@ -92,10 +108,14 @@ class RcCore(MessageCore):
         self.ack_pending = 0
         self.ack_at = INF
         self.last_ts = 0
+        self.last_rx = 0.0
 
     def __repr__(self) -> str:
+        posted = sorted(m for m, r in list(self.reasm.msgs.items()) if r.posted)
         return (f"RcCore(conn={self.conn}, una={self.snd_una}, nxt={self.snd_nxt}, "
-                f"window={self.window:.1f})")
+                f"max={self.snd_max}, window={self.window:.1f}, strikes={self.strikes}, "
+                f"rto_at={self.rto_at:.3f}, sending={sorted(self.out_msgs)}, "
+                f"rcv_nxt={self.rcv_nxt}, awaiting={posted}, failed={self.failed!r})")
 
     # ---- the Core interface -------------------------------------------------------------
 
@@ -159,7 +179,7 @@ class RcCore(MessageCore):
             self.stats["no_crc"] += 1
             return
         psn = h.psn
-        self.last_ts = h.ts
+        self.last_ts, self.last_rx = h.ts, now
         if psn < self.rcv_nxt:
             self.stats["dup_data"] += 1
             out.append(self._make_ack(ACK, now))
@@ -185,7 +205,11 @@ class RcCore(MessageCore):
         self.ack_pending = 0
         self.ack_at = INF
         buf = bytearray(HEADER_LEN)
-        pack_header(buf, kind, 0, self.conn, self.rcv_nxt, 0, 0, 0, 0, 0, _ns(now), self.last_ts)
+        # the echo includes the time the ACK was held (as MRC's): an ACK sent at once echoes
+        # its packet's timestamp exactly, so the sender can tell which copy it answers
+        echo = self.last_ts + int((now - self.last_rx) * 1e9) if self.last_ts else 0
+        pack_header(buf, kind, 0, self.conn, self.rcv_nxt, 0, 0, 0, 0, 0, _ns(now),
+                    echo & 0xFFFFFFFFFFFFFFFF)
         self.stats["tx_nack" if kind == NACK else "tx_ack"] += 1
         return (0, buf)
 
@@ -202,6 +226,15 @@ class RcCore(MessageCore):
             r = now - h.ts_echo * 1e-9
             if 0 < r < 60.0:
                 self.rtt.sample(r)
+                self.min_rtt.sample(r, now)
+            named = self.ledger.get(h.ts_echo, 0)
+            if named:
+                # acks a retransmission: a duplicate arrival if it advances nothing
+                psn = next((x for x in named if x < cum), None)
+                if psn is not None:
+                    self.ledger.resolve(h.ts_echo, 0, psn)
+                    if h.kind == ACK and cum <= self.snd_una:
+                        self.stats["tx_retx_spurious"] += 1
         if cum > self.snd_una:
             for psn in range(self.snd_una, cum):
                 om, *_ = self.pkts.pop(psn)
@@ -229,9 +262,14 @@ class RcCore(MessageCore):
             self.window = max(1.0, self.window / 2)
             self.last_cut = now
 
+    def rto_floor(self) -> float:
+        """``max(rto_min, rto_min_rtts * minimum RTT)`` (transports/rto.py)."""
+        cfg = self.cfg
+        return rto_floor(cfg.rto_min, cfg.rto_min_rtts, self.min_rtt.value)
+
     def _rto(self) -> float:
         cfg = self.cfg
-        return min(cfg.rto_max, self.rtt.rto(cfg.rto_min, cfg.rto_max, cfg.rto_init)
+        return min(cfg.rto_max, self.rtt.rto(self.rto_floor(), cfg.rto_max, cfg.rto_init)
                    * (1 << self.strikes))
 
     def _pump(self, now: float, out: list[Tx]) -> None:
@@ -245,6 +283,7 @@ class RcCore(MessageCore):
                 om, off, n, fl, crc = self.pkts[psn]
                 flags = fl | FLAG_RETX
                 self.stats["tx_retx"] += 1
+                self.ledger.record(_ns(now), 0, psn, now)
             elif self.sendq:
                 om = self.sendq[0]
                 off = om.next_off
@@ -283,6 +322,7 @@ class RcCore(MessageCore):
         self.out_msgs.clear()
         self.sendq.clear()
         self.pkts.clear()
+        self.ledger.clear()
         self.rto_at = INF
         self.reasm.fail_all(error, now)
 

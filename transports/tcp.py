@@ -20,8 +20,14 @@ Per connection the result's ``tcp_info`` (connections this host opened) and
 ``tcp_info_in`` (accepted ones) have the kernel's TCP_INFO at the end
 (retransmitted segments, RTO expiries on kernels >= 6.7, current RTO and RTTs);
 ``netstat`` has the namespace's TCP counters over the run (tail loss probes,
-timeouts, SACK recoveries: what ``nstat`` shows); every send completion carries
-how many segments were retransmitted and how many RTOs fired while it was out.
+timeouts, SACK recoveries, spurious RTOs (``TCPSpuriousRTOs``), duplicates reported
+by D-SACK (``TCPDSACKRecv``: sender side; ``TCPDSACKOldSent``: receiver side): what
+``nstat`` shows); every send completion carries how many segments were
+retransmitted, how many of them the receiver reported as duplicates (D-SACK) and
+how many RTOs fired while it was out. ``stats`` has per connection the UDP cores'
+names (``conn_stats``): ``tx_data_pkts``, ``tx_retx``, ``tx_retx_spurious``
+(TCP_INFO's ``dsack_dups``: retransmitted segments the receiver already had) and
+``rto``.
 """
 
 from __future__ import annotations
@@ -63,8 +69,26 @@ def parse_tcp_info(raw: bytes) -> dict:
 
 NETSTAT_KEYS = ("TcpExt:TCPLossProbes", "TcpExt:TCPLossProbeRecovery", "TcpExt:TCPTimeouts",
                 "TcpExt:TCPSackRecovery", "TcpExt:TCPLostRetransmit",
-                "TcpExt:TCPSpuriousRTOs", "TcpExt:TCPDSACKRecv", "TcpExt:TCPSynRetrans",
-                "Tcp:RetransSegs", "Tcp:OutSegs", "Tcp:InSegs")
+                "TcpExt:TCPSpuriousRTOs", "TcpExt:TCPDSACKRecv", "TcpExt:TCPDSACKOldSent",
+                "TcpExt:TCPSynRetrans", "Tcp:RetransSegs", "Tcp:OutSegs", "Tcp:InSegs")
+# TCP_INFO counters -> the per-message names of a send completion (differences over the send)
+SEND_DELTAS = {"total_retrans": "retrans", "dsack_dups": "retrans_spurious",
+               "total_rto": "rto"}
+
+
+def conn_stats(info: dict) -> dict[str, int]:
+    """One connection's counters under the UDP cores' names (transports/mrc.py): data
+    segments sent, retransmitted, retransmitted but reported duplicate by the receiver
+    (D-SACK), and RTOs (0 where the kernel does not report them)."""
+    return {"tx_data_pkts": info.get("data_segs_out", 0),
+            "tx_retx": info.get("total_retrans", 0),
+            "tx_retx_spurious": info.get("dsack_dups", 0), "rto": info.get("total_rto", 0)}
+
+
+def send_deltas(before: dict, after: dict) -> dict[str, int]:
+    """What a send's TCP_INFO counters moved by while it was out (only those both have)."""
+    return {name: after[k] - before[k] for k, name in SEND_DELTAS.items()
+            if k in before and k in after}
 
 
 def netstat() -> dict[str, int]:
@@ -184,10 +208,8 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
                 s, info0 = c.inflight.pop(msg)
                 info = tcp_info(c.sock)
                 rec = {"conn": c.conn, "msg": msg, "kind": "send", "ok": True,
-                       "bytes": s["size"], "t": round(time.monotonic() - t0, 6)}
-                for k in ("total_retrans", "total_rto"):
-                    if k in info and k in info0:
-                        rec[k.removeprefix("total_")] = info[k] - info0[k]
+                       "bytes": s["size"], "t": round(time.monotonic() - t0, 6),
+                       **send_deltas(info0, info)}
                 rec["rto_ms"] = info.get("rto_ms")
                 done.append(rec)
                 pending -= 1
@@ -216,9 +238,7 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
             "sent_per_ev": {}, "tcp_info": infos, "tcp_info_in": infos_in,
             # the namespace's counters over the run (only this driver's TCP runs there)
             "netstat": {k: ns1[k] - ns0[k] for k in NETSTAT_KEYS if k in ns0 and k in ns1},
-            "stats": {conn: {"tx_data_pkts": i.get("data_segs_out", 0),
-                             "tx_retx": i.get("total_retrans", 0), "rto": i.get("total_rto", 0)}
-                      for conn, i in infos.items()},
+            "stats": {conn: conn_stats(i) for conn, i in infos.items()},
             "unknown_conn": 0}
 
 

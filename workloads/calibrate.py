@@ -330,9 +330,10 @@ class Calibration:
         payload, wire = frame(spec, t, src, dst)
         link = spec.dci_link_spec if dci else spec.host_link
         line = link.rate_mbit
-        rto = TCP_RTO_MIN_S if t == "tcp" else _rto_min(t)
+        rtt_s = statistics.median(a.dci_probes if dci else a.probes) + wire * 8 / (line * 1e6)
+        rto = TCP_RTO_MIN_S if t == "tcp" else _rto_floor(t, rtt_s)
         regime = cal.Regime(
-            rtt_s=statistics.median(a.dci_probes if dci else a.probes) + wire * 8 / (line * 1e6),
+            rtt_s=rtt_s,
             payload_bytes=payload, frame_bytes=wire, line_mbit=line, lanes=lanes(spec, t),
             buffer_packets=spec.dci.queue_packets if dci else spec.host_link.queue_packets,
             binding="dci" if dci else "host_nic", rto_floor_s=rto,
@@ -524,13 +525,17 @@ class Calibration:
                  + (f" ({self.steps_reason})" if self.steps_reason else ""))
 
 
-def _rto_min(transport: str) -> float:
-    """The RTO floor of a UDP core as the harness configures it."""
+def _rto_floor(transport: str, rtt_s: float) -> float:
+    """The RTO floor of a UDP core as the harness configures it, on a path of ``rtt_s``
+    (an absolute part and a part in RTTs, transports/rto.py)."""
+    from transports.rto import rto_floor
+
     if transport == "rc":
         from transports.rc import RcConfig as Config
     else:
         from transports.mrc import MrcConfig as Config
-    return Config(**DEFAULT_CONFIG[transport]).rto_min
+    cfg = Config(**DEFAULT_CONFIG[transport])
+    return rto_floor(cfg.rto_min, cfg.rto_min_rtts, rtt_s)
 
 
 def calibrate(out: Path, *, quick: bool = False, transports: tuple[str, ...] | None = None,

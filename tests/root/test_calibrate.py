@@ -30,7 +30,14 @@ def test_tiny_calibration_writes_a_consistent_v2_record(tmp_path):
     eta = mrc["eta"]
     assert 0 < eta["value"] <= 1.05, eta
     assert eta["lo"] <= eta["value"] <= eta["hi"]
-    assert mrc["regime"]["binding"] == "host_nic" and mrc["regime"]["rto_floor_s"] == 0.001
+    assert mrc["regime"]["binding"] == "host_nic"
+    # The floor the core runs with on this path: an absolute part and one in RTTs.
+    from transports.mrc import MrcConfig
+    from transports.rto import rto_floor
+
+    c = MrcConfig()
+    assert mrc["regime"]["rto_floor_s"] == pytest.approx(
+        rto_floor(c.rto_min, c.rto_min_rtts, mrc["regime"]["rtt_s"]))
     points = eta["points"]
     assert [len(p["seconds"]) for p in points] == [3, 3, 3]
     assert all(p["excluded"] is None for p in points)

@@ -24,12 +24,16 @@ OUTAGE = 200e-6  # how long EVs 4-7 drop everything once chunks are parked
 BOUND = LossBound(0.25)  # 40 chunks: 30 needed
 
 
-class NoLiveness(DblpCore):
-    """DblpCore without the park-stall check (what the fix added, switched off) and
-    without the tail timer (tests/unit/test_dblp_tail.py), which would also end it."""
+class NoTail(DblpCore):
+    """DblpCore without the tail timer (tests/unit/test_dblp_tail.py), which would also end
+    the stall (first, once RTT samples say how long a healthy path takes)."""
 
     def _tail_deadline(self):
         return INF
+
+
+class NoLiveness(NoTail):
+    """... and without the park-stall check (what the fix added, switched off)."""
 
     def _may_retransmit(self, p):
         ok = super()._may_retransmit(p)
@@ -76,7 +80,7 @@ def stalled_round(cls, seed=1):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_parked_chunks_come_back_when_in_flight_ones_are_lost(seed):
-    net, a, trap = stalled_round(DblpCore, seed)
+    net, a, trap = stalled_round(NoTail, seed)
     assert "t" in trap, "the scenario did not park a chunk"
     (cs,), (cr,) = net.done["a"], net.done["b"]
     assert cs.ok and cr.ok and not cr.deadline
@@ -93,3 +97,12 @@ def test_without_liveness_the_round_waits_for_the_slow_rto(seed):
     assert a.stats["retx_unparked_stall"] == 0
     # nothing resent the parked chunks before the in-flight chunks' RTO fired
     assert not net.done["b"] or net.done["b"][0].t >= trap["t"] + SLOW_RTO * 0.9
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_stall_ends_as_fast_with_every_mechanism_on(seed):
+    net, a, trap = stalled_round(DblpCore, seed)
+    assert "t" in trap
+    (cs,), (cr,) = net.done["a"], net.done["b"]
+    assert cs.ok and cr.ok and cr.delivered >= 1 - BOUND.tolerance
+    assert cr.t - trap["t"] < 0.05 < SLOW_RTO

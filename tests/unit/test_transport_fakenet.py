@@ -79,3 +79,49 @@ def test_loss_and_dup_rates_and_determinism(seed):
     lost = sum(f == "lost" for f, _ in log) / 2000
     assert 0.17 < lost < 0.23
     assert len(log) > 2000  # duplicates
+
+
+def test_receivers_port_is_one_fifo_for_every_ev():
+    # EV 1 is 1 ms longer than EV 0; both end in one 1 MB/s port (1000-byte packets: 1 ms)
+    a, b = Echo(), Echo()
+    net = FakeNet(3)
+    net.connect("a", a, "b", b, [PathSpec(delay=1e-3), PathSpec(delay=2e-3)])
+    net.port("a", "b", rate=1e6, buffer=5000)
+    net.send("a", [(1, _pkt(0)), (0, _pkt(1))])
+    net.run(1.0)
+    # psn 1 reaches the port at 1 ms and leaves at 2; psn 0 reaches it at 2, leaves at 3
+    assert [(round(t, 6), wire.HEADER.unpack_from(d)[4]) for t, d in b.got] == [(0.002, 1),
+                                                                               (0.003, 0)]
+
+
+def test_port_burst_queues_every_ev_then_drops_at_the_buffer():
+    a, b = Echo(), Echo()
+    net = FakeNet(4)
+    net.connect("a", a, "b", b, [PathSpec(delay=1e-3)] * 2)
+    port = net.port("a", "b", rate=1e6, buffer=5000)
+    # 4000 bytes of other traffic at once at 0.5 ms: the port is busy until 4.5 ms
+    net.port_burst("a", "b", 0.5e-3, 0.5e-3 + 1e-6, rate=4000 / 1e-6, step=1e-6)
+    net.send("a", [(0, _pkt(0)), (1, _pkt(1))])  # both reach the port at 1 ms
+    net.run(1.0)
+    # 3500 bytes still queued at 1 ms: the first packet fits (leaves at 5.5 ms), not the next
+    assert [round(t, 6) for t, _ in b.got] == [0.0055]
+    assert [r.fate for r in net.log] == ["delivered", "port_drop"]
+    assert port.dropped == 1 and port.other_bytes == 4000 and port.other_dropped == 0
+    # a burst larger than the buffer: what does not fit is dropped
+    net.port_burst("a", "b", 0.1, 0.1 + 1e-6, rate=8000 / 1e-6, step=1e-6)
+    net.run(1.0)
+    assert port.other_bytes == 12_000 and port.other_dropped == 3000
+
+
+def test_port_errors_name_what_is_wrong():
+    net = FakeNet(5)
+    net.connect("a", Echo(), "b", Echo(), [PathSpec()])
+    with pytest.raises(ValueError, match="no connection"):
+        net.port("a", "c", rate=1e6)
+    with pytest.raises(ValueError, match="rate"):
+        net.port("a", "b", rate=0)
+    with pytest.raises(ValueError, match="call port"):
+        net.port_burst("b", "a", 0.0, 1.0, rate=1e6)
+    net.port("a", "b", rate=1e6)
+    with pytest.raises(ValueError, match="until > at"):
+        net.port_burst("a", "b", 1.0, 1.0, rate=1e6)

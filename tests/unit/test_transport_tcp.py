@@ -119,3 +119,15 @@ def test_parse_tcp_info_fields():
                    "total_rto_recoveries": 4, "total_rto_time_ms": 1234}
     # an older kernel's shorter answer: no RTO counters
     assert "total_rto" not in parse_tcp_info(bytes(raw[:232]))
+
+
+def test_connection_stats_use_the_cores_names():
+    from transports.tcp import conn_stats, send_deltas
+
+    info = {"data_segs_out": 120, "total_retrans": 7, "dsack_dups": 3, "total_rto": 2}
+    assert conn_stats(info) == {"tx_data_pkts": 120, "tx_retx": 7, "tx_retx_spurious": 3,
+                                "rto": 2}
+    assert conn_stats({}) == {"tx_data_pkts": 0, "tx_retx": 0, "tx_retx_spurious": 0, "rto": 0}
+    before = {"total_retrans": 5, "dsack_dups": 1, "total_rto": 1}
+    assert send_deltas(before, info) == {"retrans": 2, "retrans_spurious": 2, "rto": 1}
+    assert send_deltas({"total_retrans": 5}, info) == {"retrans": 2}  # an older kernel

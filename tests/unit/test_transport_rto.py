@@ -1,0 +1,128 @@
+"""RTO estimation (RFC 6298) with a floor in RTTs, the spurious-retransmission ledger, and
+the window undo: hand values, and the floor scaling with the path on the fake network."""
+
+import pytest
+
+from transports.cc import Nscc, NsccConfig
+from transports.fakenet import FakeNet, PathSpec, exchange
+from transports.mrc import MrcConfig, MrcCore
+from transports.rc import RcConfig, RcCore
+from transports.rto import MinRtt, RttEstimator, rto_floor
+from transports.spurious import RetxLedger
+
+MS = 1e-3
+
+
+def test_estimator_follows_samples_by_hand():
+    e = RttEstimator()
+    assert e.rto(1 * MS, 1.0, 7 * MS) == 7 * MS  # no sample yet: the initial RTO
+    e.sample(10 * MS)  # srtt = r, rttvar = r / 2
+    assert (e.srtt, e.rttvar) == (10 * MS, 5 * MS)
+    assert e.rto(1 * MS, 1.0, 7 * MS) == pytest.approx(30 * MS)
+    e.sample(20 * MS)  # rttvar += (|10 - 20| - 5) / 4; srtt += (20 - 10) / 8
+    assert (e.srtt, e.rttvar) == (pytest.approx(11.25 * MS), pytest.approx(6.25 * MS))
+    assert e.rto(1 * MS, 1.0, 7 * MS) == pytest.approx(36.25 * MS)
+    e.sample(10 * MS)  # rttvar += (1.25 - 6.25) / 4; srtt += (10 - 11.25) / 8
+    assert (e.srtt, e.rttvar) == (pytest.approx(11.09375 * MS), pytest.approx(5.0 * MS))
+    assert e.bound() == pytest.approx(31.09375 * MS)
+    assert e.rto(40 * MS, 1.0, 7 * MS) == 40 * MS  # the floor
+    assert e.rto(1 * MS, 20 * MS, 7 * MS) == 20 * MS  # the cap
+
+
+def test_floor_in_minimum_rtts_with_an_absolute_bound():
+    assert rto_floor(250e-6, 4, 1 * MS) == pytest.approx(4 * MS)  # the path's part
+    assert rto_floor(250e-6, 4, 10e-6) == 250e-6  # the timer-granularity part
+    assert rto_floor(250e-6, 4, None) == 250e-6  # no RTT known yet
+    assert rto_floor(1 * MS, 0, 50 * MS) == 1 * MS  # rto_min_rtts 0: the fixed floor
+    m = MinRtt(window=1.0)
+    for t, r in ((0.0, 3 * MS), (0.1, 2.5 * MS), (0.2, 5 * MS)):
+        m.sample(r, t)
+    assert m.value == 2.5 * MS
+
+
+@pytest.mark.parametrize(("cls", "bad", "word"), [
+    (MrcConfig, {"rto_min_rtts": -1}, "rto_min_rtts"), (RcConfig, {"rto_min_rtts": True},
+                                                        "rto_min_rtts"),
+    (MrcConfig, {"rto_min": 0.0}, "rto_min"), (RcConfig, {"rto_min": 2.0, "rto_max": 1.0},
+                                               "rto_max"),
+    (RcConfig, {"rto_init": 0}, "rto_init")])
+def test_bad_rto_keys_are_named(cls, bad, word):
+    with pytest.raises(ValueError, match=word):
+        cls(**bad)
+
+
+def _mrc_after_exchange(delay, evs=4):
+    cfg = MrcConfig()  # the defaults: rto_min 250 us, rto_min_rtts 4
+    a, b = MrcCore(1, evs, cfg, 1), MrcCore(1, evs, cfg, 2)
+    net = FakeNet(1)
+    net.connect("a", a, "b", b, [PathSpec(delay=delay)] * evs)
+    net.run(1 * MS)  # (a clock that does not read 0)
+    exchange(net, "a", "b", {1: bytes(200_000)}, until=10.0)
+    return a
+
+
+@pytest.mark.parametrize("delay", [0.5 * MS, 5 * MS])
+def test_mrc_floor_scales_with_the_path(delay):
+    """A fabric 10x slower has a floor 10x longer: the same number of minimum RTTs."""
+    a = _mrc_after_exchange(delay)
+    # no queue: every RTT sample is the propagation (packets sent at one instant are stamped
+    # 1 ns apart, so a sample may read a few ns short)
+    rtt = 2 * delay
+    assert a.cc.base_rtt == pytest.approx(rtt, rel=1e-4)
+    assert a.rto_floor() == pytest.approx(4 * rtt, rel=1e-4)
+    assert a.srtt.srtt == pytest.approx(rtt, rel=1e-4)
+    # the RTO of an EV: srtt + 4 rttvar of that EV and of all EVs, never under the floor
+    expect = max(a.rto_floor(), a.srtt.bound(), a.rtt[0].bound())
+    assert a._rto(0) == pytest.approx(expect)
+    assert a._rto(0) == pytest.approx(4 * rtt, rel=1e-4)  # equal samples: the floor rules
+
+
+@pytest.mark.parametrize("delay", [0.5 * MS, 5 * MS])
+def test_rc_floor_scales_with_the_path(delay):
+    a, b = RcCore(1, RcConfig(), 1), RcCore(1, RcConfig(), 2)
+    net = FakeNet(1)
+    net.connect("a", a, "b", b, [PathSpec(delay=delay)])
+    net.run(1 * MS)
+    exchange(net, "a", "b", {1: bytes(200_000)}, until=10.0)
+    assert a.min_rtt.value == pytest.approx(2 * delay)
+    assert a.rto_floor() == pytest.approx(8 * delay)
+
+
+def test_ledger_names_copies_and_tells_duplicates_by_the_receivers_clock():
+    led = RetxLedger(horizon=1.0)
+    led.record(100, 0, 5, 0.0)  # psn 5 first sent at ts 100 on EV 0 ...
+    led.record(100, 0, 6, 0.0)  # ... with psn 6 (same instant, same EV)
+    led.record(200, 1, 5, 0.1)  # psn 5 resent at ts 200 on EV 1
+    assert led.get(100, 0) == [5, 6] and led.get(200, 1) == [5] and led.get(100, 1) == []
+    assert not led.duplicate(5, 10_000)  # never acknowledged yet
+    led.acked(5, 1000)  # first acknowledged by an ACK the receiver sent at 1000 ns
+    led.acked(5, 3000)  # (later ACKs do not move it)
+    assert not led.duplicate(5, 1000)  # that same ACK, overtaken: not a duplicate's
+    assert led.duplicate(5, 1001)
+    led.resolve(100, 0, 5)
+    assert led.get(100, 0) == [6]
+    led.resolve(200, 1, 5)  # psn 5 named nowhere any more: its ACK time is forgotten
+    assert not led.duplicate(5, 5000)
+    led.record(300, 2, 9, 1.2)  # past the horizon: the entries of t = 0.0 expire
+    assert led.get(100, 0) == [] and led.get(300, 2) == [9]
+    small = RetxLedger(horizon=10.0, limit=2)
+    for i in range(3):
+        small.record(i, 0, i, 0.0)
+    assert small.get(0, 0) == [] and small.get(2, 0) == [2]
+
+
+def test_ledger_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="horizon"):
+        RetxLedger(horizon=0.0)
+
+
+def test_window_cut_on_timeout_is_undone_unless_cut_again():
+    mtu = 8048
+    cc = Nscc(NsccConfig(), mtu)
+    assert cc.cwnd == 16 * mtu
+    before = cc.on_timeout(1.0)  # nothing acknowledged lately: down to one packet
+    assert before == 16 * mtu and cc.cwnd == mtu and cc.n_rto == 1
+    assert cc.undo(before, 1.0) and cc.cwnd == 16 * mtu and cc.n_undo == 1
+    before = cc.on_timeout(2.0)
+    cc.quick_adapt(2.5)  # another cut since
+    assert not cc.undo(before, 2.0) and cc.cwnd == mtu

@@ -1,0 +1,302 @@
+"""MRC's loss detection, blame and retransmission timeouts (a part of ``MrcCore``).
+
+Loss detection (sprayed traffic reorders across paths, not within one):
+  A. per EV (RACK-like): a packet is lost when a packet sent *later on the same
+     EV* has been acknowledged and it was sent more than ``reo_wnd`` earlier than
+     that one, ``reo_wnd = max(reorder_min, reorder_frac * srtt(EV))``; a path is a
+     FIFO, so this holds whatever the other paths' delays are;
+  B. across EVs: a packet is lost when a packet ``dupthresh`` transmissions later
+     (any EV) has been acknowledged *and* it has been out longer than its own EV's
+     loss bound ``max(srtt * (1 + reorder_frac) + reorder_min, srtt + 4 rttvar)`` (an
+     RTO of that EV without the floor: a slow path is not blamed for being slower
+     than a fast one) and than the RTT of the latest-sent packet acknowledged plus
+     the EV's ``reo_wnd`` (RACK: a queue that every EV crosses is not a loss);
+  C. per packet RTO: the larger of ``srtt + 4 rttvar`` of the EV it was sent on and
+     of all EVs together, within [floor, rto_max], doubled per RTO without progress,
+     counted from the packet's send time and, as long as nothing sent after it has
+     been acknowledged, restarted by every ACK of new data (RFC 6298: while that
+     ACK clock runs, a queue ahead of the packet is still draining). The floor is
+     ``max(rto_min, rto_min_rtts * base RTT)``, the base RTT being NSCC's
+     (transports/rto.py): it scales with the path.
+A lost packet is retransmitted (same PSN, FLAG_RETX) on another EV than the one
+that lost it. A NACK is read as a trimmed packet (its ``psn`` field names it):
+retransmitted, the EV not blamed.
+
+Blame: a path, or the fabric in front of the receiver? A loss is blamed on its EV
+only on **evidence that the fabric still delivers: a transmission sent after the
+lost packet has been acknowledged** (its first copy, any EV; or a retransmission
+whose ACK names it exactly, below; A and B have the evidence by construction).
+Then the EV is retired (transports/evstate.py) and, so that a dead path does not
+hold the window until each of its packets times out, more of its packets are
+declared lost: after B those that B's timing condemns (without ``dupthresh``),
+after a blamed RTO all of them; a blamed RTO also quick-adapts the window.
+
+Without that evidence (every EV silent since the packet was sent: a delay spike at
+the receiver's port that every EV crosses, a lost tail, or the peer gone) an RTO is
+**silent** (``rto_silent``): the packet is resent at once, past the window, with
+FLAG_ACK_REQ, on the next active EV in turn (no path is suspected more than
+another), and so are the newest packet still out (an ACK for either tells
+everything the receiver has: two chances against a lost ACK) and the first packet
+already declared lost and waiting for the window, if any (the window may be held by
+packets whose ACKs were lost); every other timer backs off (a strike); nothing else
+happens: no EV retired, nothing flushed, the window kept. A FIFO queue that every EV
+crosses delivers in send order, so nothing sent later can get through first: a
+common-mode delay never blames an EV however long it lasts (where the paths before
+the queue differ by more than a packet's spacing, a later packet can overtake and
+blame one; the late packet's own ACK then undoes it, below). A dead path among live
+ones is blamed as soon as a later packet on another EV is acknowledged. Strikes
+count RTOs without progress for the retry budget.
+
+Spurious retransmissions (transports/spurious.py): the receiver acknowledges a
+duplicate at once, echoing its timestamp on its EV, so the sender names the copy
+that arrived twice (``tx_retx_spurious``; the receiver counts ``dup_data``). Undo
+(Eifel-style): an ACK that comes back on a retired EV and acknowledges, or names as
+a duplicate, a packet whose loss retired that EV proves both the path and the
+packet: the EV is GOOD again (``ev_undo``) and a window cut made by that loss is
+taken back unless another cut came since (``cwnd_undo``).
+
+``LossDetection`` is a part of ``MrcCore`` (transports/mrc.py) and works on its
+sender state: ``inflight``, ``ev_q``, ``order``, ``rto_heap``, ``retxq``,
+``forced``, ``rtt``/``srtt`` estimators, ``hi_seq``/``hi_rtt``, ``floor``,
+``paths``, ``cc``, ``ledger``, ``blame``, ``strikes``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import TYPE_CHECKING
+
+from transports.evstate import EV_ASSUMED_BAD
+from transports.pathsel import NACK, TIMEOUT
+from transports.rto import rto_floor
+from transports.wire import HEADER_LEN
+
+if TYPE_CHECKING:
+    from transports.message import SentPacket
+
+
+class LossDetection:
+    """Rules A, B and C, blame, flush and undo of ``MrcCore`` (see the module docstring)."""
+
+    def _expire(self, now: float) -> bool:
+        """Rule C: the packets whose RTO expired; True if the connection failed."""
+        heap = self.rto_heap
+        fired = False
+        blamed: list[int] = []
+        while heap and heap[0][0] <= now:
+            _, seq, psn = heapq.heappop(heap)
+            p = self.inflight.get(psn)
+            if p is None or p.seq != seq or p.lost:
+                continue
+            # until nothing sent after it is acknowledged, the RTO restarts with each ACK of
+            # new data (RFC 6298): while that ACK clock runs, a queue ahead of it drains
+            start = p.sent if self.hi_seq > p.seq else max(p.sent, self.progress_at)
+            later = start + min(self.cfg.rto_max, self._rto(p.ev) * (1 << self.strikes))
+            if later > now:  # the RTT estimate grew, or ACKs came since: wait
+                heapq.heappush(heap, (later, seq, psn))
+                continue
+            fired = True
+            if self.hi_seq > p.seq:  # something sent after it got through: its path lost it
+                self._lose(p, now, TIMEOUT, "loss_rto")
+                blamed.append(psn)
+            else:  # silent since it was sent: resent, nothing else (common-mode delay?)
+                retxq = self.retxq
+                if retxq:  # a known loss waiting for the window goes too (ACKs may be lost)
+                    self.forced.add(retxq[0])
+                last = self._newest_out(p)
+                self._requeue(p, avoid=False)
+                retxq.pop()
+                retxq.appendleft(psn)  # first, and past a window that silence keeps full
+                self.forced.add(psn)
+                if last is not None:  # and the newest packet out: two chances for an ACK
+                    self._requeue(last, avoid=False)
+                    retxq.pop()
+                    retxq.insert(1, last.psn)
+                    self.forced.add(last.psn)
+                self.stats["rto_silent"] += 1
+                # one round of probes per silent RTO: every other timer backs off now
+                self.strikes += 1
+                self.strike_until = now + 0.5 * self._rto_any()
+        if blamed:
+            before = self.cc.on_timeout(now)
+            if before is not None:
+                for psn in blamed:
+                    ev, at, _ = self.blame[psn]
+                    self.blame[psn] = (ev, at, before)
+            if now >= self.strike_until:  # one strike per round of blamed RTOs
+                self.strikes += 1
+                self.strike_until = now + 0.5 * self._rto_any()
+        if fired and self.strikes > self.cfg.max_retries:
+            self._fail(now, f"peer unreachable: {self.strikes} retransmission timeouts "
+                            "without progress")
+            return True
+        return False
+
+    def rto_floor(self) -> float:
+        """The RTO floor: ``max(rto_min, rto_min_rtts * base RTT)`` (transports/rto.py),
+        the base RTT being NSCC's (the smallest EV's windowed minimum)."""
+        return self.floor
+
+    def _new_floor(self) -> None:
+        """NSCC's base RTT may have moved (an RTT sample, an EV forgotten): the floor too."""
+        cfg = self.cfg
+        self.floor = rto_floor(cfg.rto_min, cfg.rto_min_rtts, self.cc.base_rtt)
+
+    def _rto(self, ev: int) -> float:
+        cfg = self.cfg
+        floor = self.floor
+        overall = self.srtt.rto(floor, cfg.rto_max, cfg.rto_init)
+        return max(overall, self.rtt[ev].rto(floor, cfg.rto_max, overall))
+
+    def _rto_any(self) -> float:
+        cfg = self.cfg
+        return min(cfg.rto_max, self.srtt.rto(self.floor, cfg.rto_max, cfg.rto_init)
+                   * (1 << self.strikes))
+
+    def _check_spurious(self, ts: int, ev: int, ack_ts: int,
+                        named: list[tuple[int, SentPacket | None]], now: float) -> None:
+        """The ACK (sent at ``ack_ts`` by the receiver's clock) was sent for the transmission
+        ``(ts, ev)`` of one of ``named`` (PSN, packet in flight before the ACK): a duplicate
+        arrival if that packet was acknowledged by an earlier ACK, so one retransmission
+        was not needed (and the loss is undone if this copy came back on the EV blamed for
+        it)."""
+        inflight = self.inflight
+        for psn, p in named:
+            if p is not None and psn not in inflight:  # this ACK acknowledged it: first in
+                self.ledger.resolve(ts, ev, psn)
+                if p.seq > self.hi_seq and ts == p.ts and ev == p.ev:
+                    # its latest copy got through: evidence like a first transmission's
+                    self.hi_seq, self.hi_rtt = p.seq, now - p.sent
+                return
+        for psn, p in named:
+            if p is None and self.ledger.duplicate(psn, ack_ts):  # a duplicate arrival
+                self.ledger.resolve(ts, ev, psn)
+                self.stats["tx_retx_spurious"] += 1
+                self._undo(psn, now, ev)
+                return
+
+    def _detect_losses(self, now: float, touched: set[int]) -> None:
+        for ev in touched:  # A: a later packet on the same (FIFO) path got through
+            q = self.ev_q[ev]
+            hi = self.hi_acked_seq[ev]
+            lim = self.hi_acked_sent[ev] - self._reo_wnd(ev)
+            while (p := self._live_head(q)) is not None and p.seq < hi and p.sent <= lim:
+                q.popleft()
+                self._lose(p, now, NACK, "loss_same_ev")
+        q = self.order  # B: dupthresh later transmissions acked and older than its path RTT
+        dupthresh = self.cfg.dupthresh
+        while (p := self._live_head(q)) is not None:
+            if not (self.hi_seq - p.seq >= dupthresh and self.srtt.srtt
+                    and self._condemned(p, now)):
+                break
+            q.popleft()
+            self._lose(p, now, NACK, "loss_cross_ev")
+
+    def _reo_wnd(self, ev: int) -> float:
+        cfg = self.cfg
+        return max(cfg.reorder_min, cfg.reorder_frac * self.rtt[ev].srtt)
+
+    def _condemned(self, p: SentPacket, now: float) -> bool:
+        """Rule B's timing: sent before the latest-sent transmission acknowledged, ``p`` has
+        been out longer than its EV's loss bound and than that transmission's RTT plus the
+        EV's ``reo_wnd`` (RACK: under a queue every EV shares, the RTT it just took)."""
+        age = now - p.sent
+        return (p.seq < self.hi_seq and age > self._loss_bound(p.ev)
+                and age > self.hi_rtt + self._reo_wnd(p.ev))
+
+    def _newest_out(self, p: SentPacket) -> SentPacket | None:
+        """The most recently sent packet still in flight other than ``p`` (None if none)."""
+        inflight = self.inflight
+        for seq, psn in reversed(self.order):
+            q = inflight.get(psn)
+            if q is not None and q.seq == seq and not q.lost and q is not p:
+                return q
+        return None
+
+    def _live_head(self, q: deque) -> SentPacket | None:
+        """The oldest packet of a (seq, psn) queue still in flight; stale entries are dropped."""
+        inflight = self.inflight
+        while q:
+            seq, psn = q[0]
+            p = inflight.get(psn)
+            if p is not None and p.seq == seq and not p.lost:
+                return p
+            q.popleft()
+        return None
+
+    def _requeue(self, p: SentPacket, avoid: bool = True) -> None:
+        """Take ``p`` out of flight and queue it for retransmission (on another EV than its
+        last if ``avoid``)."""
+        p.lost, p.avoid = True, avoid
+        self.bytes_in_flight -= HEADER_LEN + p.length
+        self.retxq.append(p.psn)
+
+    def _lose(self, p: SentPacket, now: float, kind: int, reason: str) -> None:
+        """``p`` is lost: resend it; blame its EV only if a later transmission got through."""
+        blamed = self.hi_seq > p.seq
+        self._requeue(p, avoid=blamed)
+        self.stats[reason] += 1
+        ev = p.ev
+        if not blamed:  # no evidence against the path (every EV was silent)
+            self.stats["loss_unblamed"] += 1
+            return
+        self.sel.feedback(ev, kind)
+        retired = self.paths.retire(ev, now, self._rto(ev))
+        if kind == TIMEOUT:  # silent for an RTO while later packets got through: all lost
+            self._flush(ev, now, everything=True)
+        elif retired and reason == "loss_cross_ev":
+            self._flush(ev, now, everything=False)
+        self._blame(p.psn, ev, now)
+
+    def _blame(self, psn: int, ev: int, now: float) -> None:
+        blame = self.blame
+        blame[psn] = (ev, now, None)
+        if len(blame) > 4096:  # keep the latest (a duplicate comes back within ~an RTO)
+            del blame[next(iter(blame))]
+
+    def _flush(self, ev: int, now: float, everything: bool) -> None:
+        """The path went silent: every packet out on it (``everything``: after a blamed RTO),
+        or every one that rule B's timing condemns (without its ``dupthresh``: after B), is
+        lost too, so a dead path does not hold the window until each times out."""
+        inflight = self.inflight
+        q = self.ev_q[ev]
+        keep: deque[tuple[int, int]] = deque()
+        while q:
+            seq, psn = q.popleft()
+            p = inflight.get(psn)
+            if p is None or p.seq != seq or p.lost:
+                continue
+            if not everything and not self._condemned(p, now):
+                keep.append((seq, psn))
+                continue
+            p.lost, p.avoid = True, True
+            self.bytes_in_flight -= HEADER_LEN + p.length
+            self.retxq.append(psn)
+            self.stats["loss_ev_flush"] += 1
+            self._blame(psn, ev, now)
+        self.ev_q[ev] = keep
+
+    def _loss_bound(self, ev: int) -> float:
+        """How long a packet on ``ev`` may be out before rule B calls it lost: the EV's RTO
+        without floor, at least srtt * (1 + reorder_frac) + reorder_min."""
+        est = self.rtt[ev] if self.rtt[ev].srtt else self.srtt
+        cfg = self.cfg
+        return max(est.srtt * (1 + cfg.reorder_frac) + cfg.reorder_min, est.bound())
+
+    def _undo(self, psn: int, now: float, via: int) -> None:
+        """An ACK came back on EV ``via`` for a copy of ``psn`` sent on it: if the loss of
+        ``psn`` was blamed on ``via``, it was not one (the path answers both ways): re-admit
+        the EV that loss retired and restore the window it cut, if nothing changed them
+        since."""
+        b = self.blame.get(psn)
+        if b is None or b[0] != via:
+            return
+        del self.blame[psn]
+        ev, at, cwnd = b
+        if self.state[ev] == EV_ASSUMED_BAD and self.paths.failed_at[ev] == at:
+            self.paths.readmit(ev, now)  # its own ACK proved the path both ways
+            self.stats["ev_undo"] += 1
+        if cwnd is not None and self.cc.undo(cwnd, at):
+            self.stats["cwnd_undo"] += 1
+
