@@ -56,6 +56,9 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     events = None
     if args.timeline:
         events = tl.load(args.timeline)
+        if events.by_step:
+            raise EmuError(f"{args.timeline}: events scheduled by training step (at_step) "
+                           "need a training run: use `emu run` with an experiment file")
         events.validate(spec)  # before anything is built
     with Fabric(spec, name=args.name, progress=_progress, control_plane=args.control_plane,
                 bfd=_bfd(args), delay_backend=args.delay_backend) as fab:

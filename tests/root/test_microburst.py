@@ -15,6 +15,7 @@ import pytest
 
 from emu import registry
 from emu.counters import queue_stats
+from emu.errors import EmuError
 from emu.fabric import Fabric
 from emu.microburst import Microburst, MicroburstSpec
 from emu.netns import ns_inode
@@ -98,7 +99,7 @@ def burst_processes(fab: Fabric) -> list[int]:
     for pid in registry.processes_in(inodes):  # type: ignore[arg-type]
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"emu.microburst" in f.read():
+                if b"emu.burst_sender" in f.read():
                     out.append(pid)
         except OSError:
             pass
@@ -177,6 +178,23 @@ def test_stop_leaves_no_burst_process(fab, incast):
     assert burst_processes(fab) == []
     rep = mb.report()
     assert all(s["bursts"] >= 5 for s in rep["sources"].values())
+
+
+def test_an_armed_burst_that_never_fires_sends_nothing_and_stops(fab):
+    mb = Microburst(fab, MicroburstSpec("p0l0:h1", ("h0", "h2"), on_ms=5, every_ms=50))
+    mb.arm()
+    assert mb.armed and mb.t0 is None
+    assert len(burst_processes(fab)) == 2
+    mb.stop()
+    # end of file on stdin ended each waiting sender: it reported on its own, sent nothing
+    assert all(r is not None and r["fired"] is False and r["datagrams"] == 0
+               for r in mb.results.values()), mb.results
+    assert all(gone(p) for p in mb.pids.values())
+    assert burst_processes(fab) == []
+    with pytest.raises(EmuError, match="fired and stopped"):
+        mb.report()
+    with pytest.raises(EmuError, match="needs an armed microburst"):
+        mb.fire()
 
 
 def test_spine_egress_overflows(fab):

@@ -6,12 +6,11 @@ import math
 
 import pytest
 
+from emu.burst_sender import parse_args, periodic
 from emu.microburst import (
     HEADER,
     MicroburstError,
     MicroburstSpec,
-    _args,
-    _periodic,
     parse_target,
     plan_routes,
     shared_upstream,
@@ -45,6 +44,7 @@ def spec(**kw) -> MicroburstSpec:
     (dict(payload=9000), ["payload=9000"]),
     (dict(payload=100.0), ["payload=100.0"]),
     (dict(seed="x"), ["seed='x'"]),
+    (dict(mode="loss"), ["mode='loss'", "'any', 'drop', 'delay_only'"]),
     (dict(target="p0l3"), ["target='p0l3'", "node:ifname"]),
     (dict(target="a:b:c"), ["target='a:b:c'"]),
     (dict(sources=()), ["sources=()", "non-empty"]),
@@ -209,13 +209,25 @@ def test_schedule_windows():
 def test_sender_windows_match_the_spec():
     s = spec(on_ms=20, every_ms=100, start_s=0.1, duration_s=1.0)
     w = {"start": 0.1, "on": 0.02, "every": 0.1, "until": 1.1}
-    got = [x for w in _periodic(50.0, w) for x in w]
+    assert s.sender_windows() == pytest.approx(w)
+    got = [x for w in periodic(50.0, w) for x in w]
     assert got == pytest.approx([50.0 + x for w in s.windows() for x in w])
     assert len(got) == 20
+    sched = spec(schedule=((0.0, 30.0), (0.25, 40.0)))
+    assert sched.sender_windows() == {"schedule": [[0.0, 0.03], [0.25, 0.29]]}
+
+
+def test_window_start():
+    s = spec(on_ms=20, every_ms=100, start_s=0.5)
+    assert [s.window_start(k) for k in (0, 1, 7)] == pytest.approx([0.5, 0.6, 1.2])
+    sched = spec(schedule=((0.1, 30.0), (0.25, 40.0)))
+    assert [sched.window_start(k) for k in (0, 1)] == [0.1, 0.25]
+    assert spec(schedule=((0.0, 30.0), (0.5, 60.0))).longest_on_ms == 60.0
+    assert spec(on_ms=7.0).longest_on_ms == 7.0
 
 
 def test_sender_arguments():
-    a = _args(["--index", "2", "--parent", "1", "--src", "fd5a::1", "--dst", "fd5a::2",
-               "--port", "4000", "--srh", "00", "--windows", '{"schedule": [[0, 0.01]]}'])
+    a = parse_args(["--index", "2", "--parent", "1", "--src", "fd5a::1", "--dst", "fd5a::2",
+                    "--port", "4000", "--srh", "00", "--windows", '{"schedule": [[0, 0.01]]}'])
     assert a.index == 2 and a.payload == 8000 and a.rate_mbit == 0.0
     assert a.windows == {"schedule": [[0, 0.01]]}

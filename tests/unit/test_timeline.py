@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from emu.errors import EmuError
 from emu.timeline import (
     Timeline,
+    TimelineRunner,
     at,
+    at_step,
     degrade_link,
     delay_link,
     fail_link,
@@ -117,3 +122,171 @@ def test_delay_link_on_a_scaleacross():
         Timeline((at(1.0, delay_link("p0l0-p0s0", 1.0)),)).validate(sa)
     with pytest.raises(EmuError, match="delay_ms=2000"):
         Timeline((at(1.0, delay_link("p0x-d1p0x", 2000)),)).validate(sa)
+
+
+def test_steps_in_python_and_toml(tmp_path):
+    py = tmp_path / "t.py"
+    py.write_text('c = fail_link("p0l0-p0s1")\ntimeline = [at_step(3, c), '
+                  'at_step(7, restore(c))]\n')
+    toml = tmp_path / "t.toml"
+    toml.write_text('[[event]]\nat_step = 3\ndo = "fail_link"\nlink = "p0l0-p0s1"\n'
+                    '[[event]]\nat_step = 7\ndo = "restore"\nwhat = "fail_link"\n'
+                    'link = "p0l0-p0s1"\n')
+    tl = load(py)
+    assert tl == load(toml) and tl.by_step and tl.duration == 0.0
+    assert [(e.at, e.step) for e in tl.events] == [(None, 3), (None, 7)]
+    tl.validate(SPEC, steps=9)
+    with pytest.raises(EmuError, match=r"event 1 \(at_step 7\): at_step=7 is invalid: must be "
+                                       r"an integer in \[0, 6\]"):
+        tl.validate(SPEC, steps=8)
+    toml.write_text('[[event]]\nat_step = 3\nat = 1.0\ndo = "fail_link"\nlink = "p0l0-p0s1"\n')
+    with pytest.raises(EmuError, match="both `at` and `at_step`"):
+        load(toml)
+
+
+@pytest.mark.parametrize("events, match", [
+    ([at_step(-1, fail_link("p0l0-p0s1"))], "at_step=-1 is invalid"),
+    ([at_step(1.5, fail_link("p0l0-p0s1"))], "at_step=1.5 is invalid"),
+    ([at_step(2, fail_link("p0l0-p0s1")), at(3.0, restore(fail_link("p0l0-p0s1")))],
+     "cannot be mixed"),
+    ([at(1.0, fail_link("p0l0-p0s1")), at_step(3, restore(fail_link("p0l0-p0s1")))],
+     "cannot be mixed"),
+    ([at_step(4, fail_link("p0l0-p0s1")), at_step(2, restore(fail_link("p0l0-p0s1")))],
+     "out of order, events must be listed by step"),
+])
+def test_bad_step_timelines(events, match):
+    with pytest.raises(EmuError, match=match):
+        Timeline(tuple(events)).validate(SPEC)
+
+
+# --- firing at step boundaries (a fake fabric and fake failures: no root) ----------------
+
+
+@dataclass(frozen=True)
+class Fake:
+    """A failure that only logs what is done to it."""
+
+    name: str
+    log: list = field(default_factory=list, compare=False, hash=False)
+
+    def validate(self, spec) -> None:
+        pass
+
+    def links(self, spec) -> tuple:
+        return ()
+
+    def apply(self, fab) -> None:
+        self.log.append(("apply", self.name))
+
+    def restore(self, fab, handle=None) -> None:
+        self.log.append(("restore", self.name))
+
+    def describe(self) -> dict:
+        return {"kind": "fake", "name": self.name}
+
+
+def test_events_by_step_fire_at_their_boundary():
+    log: list = []
+    a, b = Fake("a", log), Fake("b", log)
+    tl = Timeline((at_step(2, a), at_step(2, b), at_step(5, restore(a))))
+    recs: list = []
+    fab = SimpleNamespace(spec=SPEC)
+    with pytest.raises(EmuError, match="only a training run"):
+        TimelineRunner(fab, tl, recs.append)
+    run = TimelineRunner(fab, tl, recs.append, training=True)
+    assert run.gated and run.clock == "step"
+    run.start()
+    assert run.next_gate(0) == 2
+    assert run.fire_due(1, 0.3) == [] and log == []
+    fired = run.fire_due(2, 0.4)
+    assert log == [("apply", "a"), ("apply", "b")]
+    assert [(r["action"], r["name"], r["step"], r["at_step"], r["train_s"], r["clock"])
+            for r in fired] == [("apply", "a", 2, 2, 0.4, "step"), ("apply", "b", 2, 2, 0.4,
+                                                                      "step")]
+    assert "at" not in fired[0] and fired[0]["applied"] >= fired[0]["fired"]
+    assert run.next_gate(3) == 5
+    run.fire_due(5, 1.0)
+    assert log[-1] == ("restore", "a") and run.next_gate(6) is None
+    run.stop()  # b is still active: restored at stop
+    assert log[-1] == ("restore", "b") and recs == fired + recs[2:] and len(recs) == 3
+
+
+def test_events_in_modelled_time_fire_at_the_first_boundary_past_them():
+    log: list = []
+    a = Fake("a", log)
+    tl = Timeline((at(0.0, a), at(1.0, restore(a))))
+    run = TimelineRunner(SimpleNamespace(spec=SPEC), tl, lambda r: None, clock="modelled",
+                         training=True)
+    run.start()
+    assert run.next_gate(0) == 0  # not known in advance: every step until fired
+    [first] = run.fire_due(-1, 0.0)  # before step 0
+    assert first["step"] == -1 and first["late_ms"] == 0.0 and first["clock"] == "modelled"
+    assert run.fire_due(3, 0.98) == [] and run.next_gate(4) == 4
+    [second] = run.fire_due(4, 1.02)
+    assert second["action"] == "restore" and second["late_ms"] == pytest.approx(20.0)
+    assert run.next_gate(5) is None and log == [("apply", "a"), ("restore", "a")]
+    with pytest.raises(EmuError, match="clock='steps' is invalid"):
+        TimelineRunner(SimpleNamespace(spec=SPEC), tl, lambda r: None, clock="steps")
+
+
+class Armed:
+    """What a fake armable failure's arm() returns: it records the instant it is given."""
+
+    def __init__(self, log: list, name: str) -> None:
+        self.log, self.name, self.t0 = log, name, None
+
+    def fire(self, t0: float) -> None:
+        self.t0 = t0
+        self.log.append(("fire", self.name, t0))
+
+
+@dataclass(frozen=True)
+class Armable(Fake):
+    """A fake failure that can be armed before the run (as burst senders are)."""
+
+    def arm(self, fab) -> Armed:
+        self.log.append(("arm", self.name))
+        return Armed(self.log, self.name)
+
+    def disarm(self, fab, armed) -> None:
+        self.log.append(("disarm", self.name))
+
+    def apply(self, fab, armed=None) -> None:
+        self.log.append(("apply", self.name, armed.t0 if armed is not None else None))
+
+
+def test_armed_failures_due_together_get_one_instant_before_any_applies():
+    log: list = []
+    a, b, c = Armable("a", log), Armable("b", log), Armable("c", log)
+    tl = Timeline((at_step(1, a), at_step(1, b), at_step(1, Fake("x", log)),
+                   at_step(4, restore(a)), at_step(6, c)))
+    run = TimelineRunner(SimpleNamespace(spec=SPEC), tl, lambda r: None, training=True)
+    run.prepare()
+    assert log == [("arm", "a"), ("arm", "b"), ("arm", "c")]
+    run.start()
+    run.fire_due(1, 0.1)
+    fired = log[3:]
+    assert [e[:2] for e in fired] == [("fire", "a"), ("fire", "b"), ("apply", "a"),
+                                      ("apply", "b"), ("apply", "x")]
+    t = fired[0][2]
+    assert fired[1][2] == t and fired[2][2] == t and fired[3][2] == t
+    run.fire_due(4, 0.4)
+    run.stop()  # c never fired: disarmed; x and b still active: restored, last first
+    assert log[-4:] == [("restore", "a"), ("disarm", "c"), ("restore", "x"),
+                        ("restore", "b")]
+
+
+def test_armed_failures_on_the_wall_clock_start_on_their_scheduled_instant():
+    log: list = []
+    a, b = Armable("a", log), Armable("b", log)
+    tl = Timeline((at(0.08, a), at(0.08, b)))
+    run = TimelineRunner(SimpleNamespace(spec=SPEC), tl, lambda r: None)
+    run.prepare()
+    t0 = time.monotonic()
+    run.start(t0)
+    run.join(5)
+    run.stop()
+    fires = [e for e in log if e[0] == "fire"]
+    assert [e[2] for e in fires] == [pytest.approx(t0 + 0.08, abs=1e-9)] * 2
+    assert [e[0] for e in log] == ["arm", "arm", "fire", "fire", "apply", "apply", "restore",
+                                   "restore"]

@@ -1,0 +1,163 @@
+"""What a microburst is: a frozen, validated description (pure; no topology, no root)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from emu.burst_sender import HEADER
+from emu.errors import EmuError
+
+MODES = ("any", "drop", "delay_only")
+
+
+class MicroburstError(EmuError, ValueError):
+    """An invalid microburst description, or one the fabric cannot carry."""
+
+
+def check_number(name: str, value: object, lo: float, *, lo_open: bool = True,
+                 hi: float | None = None) -> float:
+    """``value`` as a float if it is a finite number above ``lo`` (and <= ``hi``), else
+    MicroburstError naming it and the valid range."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        v = float(value)  # type: ignore[arg-type]
+        ok = math.isfinite(v) and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+    if not ok:
+        low = f"> {lo:g}" if lo_open else f">= {lo:g}"
+        rng = low if hi is None else f"{low} and <= {hi:g}"
+        raise MicroburstError(f"{name}={value!r} is invalid: must be a finite number {rng}")
+    return float(value)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class MicroburstSpec:
+    """What to burst, from where, and when.
+
+    ``target`` is a switch egress ``"node:ifname"`` (``"p0l3:h13"``: leaf
+    p0l3's port to host h13; ``"p0s1:l3"``: spine p0s1's port to leaf 3;
+    ``"p0l3:s1"``: leaf p0l3's uplink to spine 1). Every ``every_ms`` from
+    ``start_s`` (seconds after start) each source sends for ``on_ms`` at
+    ``rate_mbit`` (wire rate; None: as fast as its NIC takes, i.e. line rate),
+    until ``duration_s`` (None: until stopped). ``schedule``, if given,
+    replaces the periodic pattern with explicit ``(start_s, duration_ms)``
+    bursts (sorted, not overlapping); ``start_s`` and ``duration_s`` must then
+    keep their defaults. ``seed`` breaks ties between equally good paths.
+
+    ``mode`` says what the burst is meant to do at its target FIFO, checked against
+    the fabric before anything runs (emu.burst_geometry): ``"drop"``: overflow it
+    (the excess over the drain rate during one burst must exceed the buffer);
+    ``"delay_only"``: a delay spike that must not overflow it (excess below the
+    buffer); ``"any"`` (default): either; the records then say which it was.
+    """
+
+    target: str
+    sources: tuple[str, ...]
+    on_ms: float
+    every_ms: float
+    rate_mbit: float | None = None
+    start_s: float = 0.0
+    duration_s: float | None = None
+    schedule: tuple[tuple[float, float], ...] | None = None
+    payload: int = 8000
+    seed: int = 0
+    mode: str = "any"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, str) or self.target.count(":") != 1:
+            raise MicroburstError(f"target={self.target!r} is invalid: must be 'node:ifname', "
+                                  "e.g. 'p0l3:h13' (leaf p0l3's port to host h13)")
+        if not isinstance(self.sources, tuple) or not self.sources:
+            raise MicroburstError(f"sources={self.sources!r} is invalid: must be a non-empty "
+                                  "tuple of host names")
+        dup = sorted(n for n, c in Counter(self.sources).items() if c > 1)
+        if dup:
+            raise MicroburstError(f"sources={self.sources!r} is invalid: {dup} listed twice")
+        on = check_number("on_ms", self.on_ms, 0.0)
+        every = check_number("every_ms", self.every_ms, 0.0)
+        if every <= on:
+            raise MicroburstError(f"every_ms={self.every_ms!r} is invalid: must be > "
+                                  f"on_ms={self.on_ms!r} (a burst period longer than the burst)")
+        if self.rate_mbit is not None:
+            check_number("rate_mbit", self.rate_mbit, 0.0)
+        check_number("start_s", self.start_s, 0.0, lo_open=False)
+        if self.duration_s is not None:
+            check_number("duration_s", self.duration_s, 0.0)
+        if type(self.payload) is not int or not HEADER.size <= self.payload <= 9000 - 112:
+            raise MicroburstError(f"payload={self.payload!r} is invalid: must be an integer "
+                                  f"in [{HEADER.size}, {9000 - 112}] (and fit the fabric MTU)")
+        if type(self.seed) is not int:
+            raise MicroburstError(f"seed={self.seed!r} is invalid: must be an integer")
+        if self.mode not in MODES:
+            raise MicroburstError(f"mode={self.mode!r} is invalid: must be one of "
+                                  f"{', '.join(repr(m) for m in MODES)}")
+        if self.schedule is not None:
+            self._check_schedule()
+
+    def _check_schedule(self) -> None:
+        sched = self.schedule
+        if not isinstance(sched, tuple) or not sched:
+            raise MicroburstError(f"schedule={sched!r} is invalid: must be a non-empty tuple "
+                                  "of (start_s, duration_ms) pairs, or None")
+        if self.start_s != 0.0 or self.duration_s is not None:
+            raise MicroburstError(
+                f"start_s={self.start_s!r} and duration_s={self.duration_s!r} are invalid with "
+                "a schedule: the schedule's own start times apply (keep 0.0 and None)")
+        end = -1.0
+        for i, item in enumerate(sched):
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise MicroburstError(f"schedule[{i}]={item!r} is invalid: must be a "
+                                      "(start_s, duration_ms) pair")
+            s = check_number(f"schedule[{i}] start_s", item[0], 0.0, lo_open=False)
+            d = check_number(f"schedule[{i}] duration_ms", item[1], 0.0)
+            if s < end:
+                raise MicroburstError(
+                    f"schedule[{i}]={item!r} is invalid: starts at {s:g} s, before the previous "
+                    f"burst ends at {end:g} s (bursts must be sorted and not overlap)")
+            end = s + d / 1000
+
+    @property
+    def longest_on_ms(self) -> float:
+        """The longest burst of the pattern (ms): the one that decides whether it drops."""
+        if self.schedule is not None:
+            return max(d for _, d in self.schedule)
+        return self.on_ms
+
+    def window_start(self, k: int) -> float:
+        """When burst ``k`` (from 0) is scheduled to start, seconds after the start."""
+        if self.schedule is not None:
+            return self.schedule[k][0]
+        return self.start_s + k * self.every_ms / 1000
+
+    def windows(self, limit_s: float | None = None) -> list[tuple[float, float]]:
+        """Burst windows ``(start_s, end_s)`` relative to the start, up to ``limit_s``.
+
+        A periodic burst cut by ``duration_s`` ends there. An unbounded
+        pattern needs ``limit_s``.
+        """
+        if self.schedule is not None:
+            out = [(s, s + d / 1000) for s, d in self.schedule]
+        else:
+            until = self.start_s + self.duration_s if self.duration_s is not None else math.inf
+            if limit_s is None and math.isinf(until):
+                raise MicroburstError("windows() of an unbounded burst pattern needs limit_s")
+            out, k = [], 0
+            while True:
+                a = self.start_s + k * self.every_ms / 1000
+                if a >= until or (limit_s is not None and a >= limit_s):
+                    break
+                out.append((a, min(a + self.on_ms / 1000, until)))
+                k += 1
+        if limit_s is not None:
+            out = [(a, min(b, limit_s)) for a, b in out if a < limit_s]
+        return out
+
+    def sender_windows(self) -> dict:
+        """The pattern as the sender process takes it (``--windows``): an explicit
+        schedule, or the periodic parameters in seconds."""
+        if self.schedule is not None:
+            return {"schedule": [[a, b] for a, b in self.windows()]}
+        until = self.start_s + self.duration_s if self.duration_s is not None else None
+        return {"start": self.start_s, "on": self.on_ms / 1000, "every": self.every_ms / 1000,
+                "until": until}
