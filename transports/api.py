@@ -58,3 +58,7 @@ class Core(Protocol):
 
     def completions(self) -> list[Completion]:
         """Messages finished since the last call (drained)."""
+
+    def set_host_delay(self, delay: float) -> None:
+        """The I/O loop's measured scheduling delay, added to the RTO floor
+        (transports/rto.py)."""

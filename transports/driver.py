@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from emu.kernel import CTRL_TCLASS
 from emu.srv6 import IPV6_RTHDR, srh_bytes
 from transports.api import Completion, Core
+from transports.rto import HostDelay
 from transports.wire import DATA, UDP_PORT
 
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
@@ -95,6 +96,7 @@ class HostSockets:
         self.path_socks: dict[tuple[str, ...], socket.socket] = {}
         self._buf = bytearray(65536)
         self._view = memoryview(self._buf)
+        self.host_delay = HostDelay()
 
     def conn(self, c: dict, core: Core) -> Conn:
         """The ``Conn`` of plan entry ``c`` (see transports.harness.conn_spec)."""
@@ -147,6 +149,14 @@ class HostSockets:
                 continue
             send(conn, conn.core.on_packet(view[:n], now))
         return unknown
+
+    def woke(self, wake: float, now: float, conns: dict[int, Conn]) -> None:
+        """The loop's wait for a timer due at ``wake`` returned at ``now``: its lateness
+        is the host's scheduling delay, which the cores add to their RTO floor."""
+        if wake <= now and self.host_delay.sample(now - wake, now):
+            d = self.host_delay.published
+            for c in conns.values():
+                c.core.set_host_delay(d)
 
     @staticmethod
     def next_wake(conns: dict[int, Conn], default: float) -> float:
@@ -246,9 +256,11 @@ class Driver:
         while pending and time.monotonic() < deadline:
             now = time.monotonic()
             wake = self.socks.next_wake(self.conns, now + 0.05)
-            readable = select.select([rx], [], [], max(0.0, min(wake, deadline) - now))[0]
-            if readable:
-                self.malformed_conn += self.socks.receive(self.conns)
+            select.select([rx], [], [], max(0.0, min(wake, deadline) - now))
+            self.socks.woke(wake, time.monotonic(), self.conns)
+            # drained whether or not select saw it: a datagram that arrived while this
+            # process waited for the CPU must reach its core before the core's timers run
+            self.malformed_conn += self.socks.receive(self.conns)
             now = time.monotonic()
             for conn in self.conns.values():
                 d = conn.core.next_deadline()

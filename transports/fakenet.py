@@ -123,6 +123,7 @@ class FakeNet:
         self.done: dict[str, list[Completion]] = {}
         self.delivered: dict[tuple[str, str], list[int]] = {}  # payload bytes per EV
         self.ports: dict[tuple[str, str], Port] = {}
+        self.stalls: dict[str, tuple[float, float, float]] = {}  # name -> start, every, length
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._max_same = max_events_per_instant
@@ -194,6 +195,27 @@ class FakeNet:
                 self.at(t + step, lambda: slice_(t + step))
 
         self.at(at, lambda: slice_(at))
+
+    def stall(self, name: str, every: float, length: float, start: float = 0.0) -> None:
+        """Core ``name`` is not scheduled for ``length`` seconds out of every ``every``
+        from ``start`` (a host process waiting for a CPU): what arrives for it meanwhile
+        is handed to it when the stall ends."""
+        if name not in self.cores:
+            raise ValueError(f"no core {name!r}: have {sorted(self.cores)}")
+        if not 0 < length < every:
+            raise ValueError(f"stall needs 0 < length < every, not length={length!r}, "
+                             f"every={every!r}")
+        self.stalls[name] = (start, every, length)
+
+    def _stalled_until(self, name: str, t: float) -> float:
+        """When the stall of ``name`` that covers ``t`` ends (``t`` if none does)."""
+        st = self.stalls.get(name)
+        if st is None or t < st[0]:
+            return t
+        start, every, length = st
+        k = (t - start) // every
+        end = start + k * every + length
+        return end if t < end else t
 
     def at(self, t: float, fn: Callable[[], None]) -> None:
         """Call ``fn()`` at virtual time ``t``."""
@@ -328,6 +350,9 @@ class FakeNet:
             d = self.paths[(rec.src, rec.dst)][rec.ev]
             if d.is_dead(t):
                 rec.fate = "dead"
+                continue
+            if self.stalls and (late := self._stalled_until(rec.dst, t)) > t:
+                self._push(late, 0, item)  # handed over when the receiver runs again
                 continue
             rec.fate, rec.t_arrive = "delivered", t
             if rec.size >= HEADER_LEN:

@@ -160,6 +160,7 @@ class MrcCore(LossDetection, MessageCore):
         self.strikes = 0
         self.strike_until = -INF
         self.progress_at = -INF  # the last ACK that acknowledged new data
+        self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
         self.floor = cfg.rto_min  # the RTO floor (rto_floor())
         # per EV
         self.paths = EvStates(evs, cfg.ev_min_active, cfg.probe_min, cfg.probe_max,

@@ -134,14 +134,20 @@ class LossDetection:
         return False
 
     def rto_floor(self) -> float:
-        """The RTO floor: ``max(rto_min, rto_min_rtts * base RTT)`` (transports/rto.py),
-        the base RTT being NSCC's (the smallest EV's windowed minimum)."""
+        """The RTO floor: ``max(rto_min, rto_min_rtts * base RTT) + host delay``
+        (transports/rto.py), the base RTT being NSCC's (the smallest EV's windowed
+        minimum)."""
         return self.floor
+
+    def set_host_delay(self, delay: float) -> None:
+        """The I/O loop's measured scheduling delay (transports/rto.py ``HostDelay``)."""
+        self.host_delay = delay
+        self._new_floor()
 
     def _new_floor(self) -> None:
         """NSCC's base RTT may have moved (an RTT sample, an EV forgotten): the floor too."""
         cfg = self.cfg
-        self.floor = rto_floor(cfg.rto_min, cfg.rto_min_rtts, self.cc.base_rtt)
+        self.floor = rto_floor(cfg.rto_min, cfg.rto_min_rtts, self.cc.base_rtt, self.host_delay)
 
     def _rto(self, ev: int) -> float:
         cfg = self.cfg

@@ -9,13 +9,18 @@ PSN per gap (a duplicate is re-acknowledged). The sender keeps at most
 NACK or timeout, at most once per RTT) and goes back N: on a NACK it resends
 everything from the NACKed PSN, on an RTO everything from the oldest
 unacknowledged. ACKs are cumulative (no SACK), coalesced like MRC's. Same
-message API, placement, retry budget and peer-gone behaviour as MRC
-(transports/mrc.py): more than ``max_retries`` RTOs without progress fail
-every pending message with ok=False.
+message API, placement and peer-gone behaviour as MRC (transports/mrc.py).
+Retry budget as a RoCE QP's (timeout x retry_cnt): the connection fails every
+pending message with ok=False only after more than ``max_retries`` RTOs without
+progress *and* at least ``give_up_s`` since the first of them. A count alone is
+not enough: a single-path QP must outlive the fabric's reconvergence (BFD and
+BGP, on the wall clock), which a count of doubling RTOs that start from a small
+floor does not; after the count is spent it keeps probing every ``rto_max``.
 
 RTO: RFC 6298 (srtt + 4 rttvar), doubled per RTO without progress, within
-[floor, rto_max], the floor ``max(rto_min, rto_min_rtts * minimum RTT)``
-(transports/rto.py), restarted by every ACK of new data.
+[floor, rto_max], the floor ``max(rto_min, rto_min_rtts * minimum RTT)`` plus the
+host's measured scheduling delay (transports/rto.py), restarted by every ACK of new
+data.
 
 Spurious retransmissions: the receiver counts every packet it already had
 (``dup_data``) and acknowledges it at once; an ACK's ``ts_echo`` is its packet's
@@ -65,6 +70,7 @@ class RcConfig:
     rto_min_rtts: float = 4.0  # ... and its part in minimum RTTs (transports/rto.py)
     rto_max: float = 0.25
     max_retries: int = 7
+    give_up_s: float = 10.0  # ... and the least time without progress before failing
     unposted_limit: int = 64 << 20
     use_crc: bool = True
 
@@ -73,6 +79,8 @@ class RcConfig:
             raise ValueError(f"mtu_payload must be in 1..{wire.MAX_PAYLOAD}")
         if self.window_pkts < 1 or self.ack_every < 1 or self.max_retries < 0:
             raise ValueError("window_pkts >= 1, ack_every >= 1, max_retries >= 0")
+        if not self.give_up_s >= 0:
+            raise ValueError(f"give_up_s={self.give_up_s!r}: must be >= 0 seconds")
         check_rto_config("RcConfig", self.rto_init, self.rto_min, self.rto_min_rtts,
                          self.rto_max)
 
@@ -102,6 +110,8 @@ class RcCore(MessageCore):
         self.ledger = RetxLedger(max(1.0, 2 * cfg.rto_max))  # retransmissions by timestamp
         self.rto_at = INF
         self.strikes = 0
+        self.first_strike_at = INF  # the first RTO without progress
+        self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
         # receiver
         self.rcv_nxt = 0
         self.nack_sent = False
@@ -143,11 +153,14 @@ class RcCore(MessageCore):
         if self.rto_at <= now:
             self.rto_at = INF
             if self.snd_una < self.snd_max and not self.failed:
+                if self.strikes == 0:
+                    self.first_strike_at = now
                 self.strikes += 1
                 self.stats["rto"] += 1
-                if self.strikes > self.cfg.max_retries:
+                if (self.strikes > self.cfg.max_retries
+                        and now - self.first_strike_at >= self.cfg.give_up_s):
                     self._fail(now, f"peer unreachable: {self.strikes} retransmission timeouts "
-                                    "without progress")
+                                    f"without progress over {now - self.first_strike_at:.3g} s")
                     return out
                 self._cut(now, force=True)
                 self.snd_nxt = self.snd_una  # go back N
@@ -248,6 +261,7 @@ class RcCore(MessageCore):
                                   self.window + (cum - self.snd_una) / self.window)
             self.snd_una = cum
             self.strikes = 0
+            self.first_strike_at = INF
             self.snd_nxt = max(self.snd_nxt, cum)
             self.rto_at = now + self._rto() if self.snd_una < self.snd_max else INF
         if h.kind == NACK:
@@ -263,14 +277,18 @@ class RcCore(MessageCore):
             self.last_cut = now
 
     def rto_floor(self) -> float:
-        """``max(rto_min, rto_min_rtts * minimum RTT)`` (transports/rto.py)."""
+        """``max(rto_min, rto_min_rtts * minimum RTT) + host delay`` (transports/rto.py)."""
         cfg = self.cfg
-        return rto_floor(cfg.rto_min, cfg.rto_min_rtts, self.min_rtt.value)
+        return rto_floor(cfg.rto_min, cfg.rto_min_rtts, self.min_rtt.value, self.host_delay)
+
+    def set_host_delay(self, delay: float) -> None:
+        """The I/O loop's measured scheduling delay (transports/rto.py ``HostDelay``)."""
+        self.host_delay = delay
 
     def _rto(self) -> float:
         cfg = self.cfg
         return min(cfg.rto_max, self.rtt.rto(self.rto_floor(), cfg.rto_max, cfg.rto_init)
-                   * (1 << self.strikes))
+                   * (1 << min(self.strikes, 30)))
 
     def _pump(self, now: float, out: list[Tx]) -> None:
         if self.failed:

@@ -4,7 +4,7 @@
 connection) as RFC 6298 does: the first sample ``r`` sets ``srtt = r``,
 ``rttvar = r / 2``; each later one ``rttvar += (|srtt - r| - rttvar) / 4``, then
 ``srtt += (r - srtt) / 8``. The RTO it implies is ``srtt + 4 rttvar``, clamped to
-``[floor, rto_max]``, and ``rto_init`` before any sample.
+``[floor, rto_max]``, and ``rto_init`` (not under the floor) before any sample.
 
 The floor (``rto_floor``) is ``max(rto_min, rto_min_rtts * min_rtt)``:
 
@@ -18,13 +18,27 @@ The floor (``rto_floor``) is ``max(rto_min, rto_min_rtts * min_rtt)``:
   timeout would fire on scheduling noise. It is the whole floor before any sample.
 
 ``rto_min_rtts = 0`` gives the fixed floor ``rto_min`` alone.
+
+On top of that floor comes the host's own delay (RFC 6298's clock granularity G, but
+measured): a userspace transport's ACK waits for its process to be scheduled, which
+on a busy machine takes milliseconds at random, while its RTT samples, taken mostly
+between such waits, do not show them. The I/O loop measures how late its timer
+wake-ups run (``HostDelay``: a peak that decays over ``HOST_DELAY_DECAY_S``) and
+gives it to its cores (``set_host_delay``), which add it to the floor: an RTO then
+fires on a queue or a loss, not on the receiver waiting for a CPU. The delay of this
+host stands for its peer's (the hosts run alike). A NIC has no such delay, so at
+full scale it is 0.
 """
 
 from __future__ import annotations
 
+import math
+
 from transports.cc import BaseRtt
 
 MIN_RTT_WINDOW = 1.0  # seconds a minimum RTT lasts without confirmation (as NSCC's base)
+HOST_DELAY_DECAY_S = 5.0  # time constant of the host delay's decaying peak
+HOST_DELAY_MAX_S = 0.1  # a late wake-up beyond this is a stop (a debugger, SIGSTOP), not noise
 
 
 class RttEstimator:
@@ -54,18 +68,58 @@ class RttEstimator:
         return self.srtt + 4 * self.rttvar
 
     def rto(self, floor: float, rto_max: float, default: float) -> float:
-        """The RTO: ``srtt + 4 rttvar`` within [floor, rto_max]; ``default`` before any
-        sample."""
+        """The RTO: ``srtt + 4 rttvar`` within [floor, rto_max]; ``default`` (not under
+        the floor) before any sample."""
         if self.srtt == 0.0:
-            return default
+            return max(floor, default)
         return min(rto_max, max(floor, self.srtt + 4 * self.rttvar))
 
 
-def rto_floor(rto_min: float, rto_min_rtts: float, min_rtt: float | None) -> float:
-    """``max(rto_min, rto_min_rtts * min_rtt)``; ``rto_min`` while no RTT is known."""
+def rto_floor(rto_min: float, rto_min_rtts: float, min_rtt: float | None,
+              host_delay: float = 0.0) -> float:
+    """``max(rto_min, rto_min_rtts * min_rtt) + host_delay``; ``rto_min + host_delay``
+    while no RTT is known."""
     if not min_rtt or not rto_min_rtts:
-        return rto_min
-    return max(rto_min, rto_min_rtts * min_rtt)
+        return rto_min + host_delay
+    return max(rto_min, rto_min_rtts * min_rtt) + host_delay
+
+
+class HostDelay:
+    """How late this host's I/O loop runs its timers: the peak lateness, decaying with
+    time constant ``decay_s`` (see the module docstring). ``sample`` returns True when
+    the value moved by more than ``step`` of itself since it was last published, so the
+    loop tells its cores only then."""
+
+    __slots__ = ("peak", "at", "published", "decay_s", "step", "samples")
+
+    def __init__(self, decay_s: float = HOST_DELAY_DECAY_S, step: float = 0.25) -> None:
+        if not decay_s > 0 or not step >= 0:
+            raise ValueError(f"HostDelay: decay_s={decay_s!r} must be > 0 s, step={step!r} "
+                             ">= 0")
+        self.peak = 0.0
+        self.at = 0.0
+        self.published = 0.0
+        self.decay_s = decay_s
+        self.step = step
+        self.samples = 0
+
+    def value(self, now: float) -> float:
+        """The decayed peak at ``now``."""
+        if self.peak == 0.0:
+            return 0.0
+        return self.peak * math.exp(-max(0.0, now - self.at) / self.decay_s)
+
+    def sample(self, late: float, now: float) -> bool:
+        """A timer wake-up ran ``late`` seconds after its deadline, at ``now``."""
+        self.samples += 1
+        late = min(max(late, 0.0), HOST_DELAY_MAX_S)
+        v = self.value(now)
+        if late >= v:
+            self.peak, self.at, v = late, now, late
+        if abs(v - self.published) > self.step * max(self.published, 1e-4):
+            self.published = v
+            return True
+        return False
 
 
 class MinRtt:

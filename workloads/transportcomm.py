@@ -43,8 +43,18 @@ class TransportComm:
     """One rank's ``Comm`` on an ``Endpoint`` (see the module docstring)."""
 
     def __init__(self, transport: str, rank: int, size: int, conns: dict[int, list[dict]],
-                 config: dict | None = None, seed: int = 0) -> None:
+                 config: dict | None = None, seed: int = 0, stall_s: float = 120.0) -> None:
+        if not stall_s > 0:
+            raise ValueError(f"stall_s={stall_s!r}: must be > 0 seconds")
         self.transport = transport
+        # a wait with no completion on this rank for stall_s raises with every connection's
+        # state: far beyond any transport's give-up time (RC's give_up_s, MRC's retries)
+        self.stall_s = float(stall_s)
+        self._progress = time.monotonic()
+        # the first failed message of this rank: every later wait raises it at once, as the
+        # schedule is broken (a collective waits for its sends only at its end, so a failed
+        # send would otherwise leave its peer's receive, and the whole group, waiting)
+        self.failure: str | None = None
         self.rank, self.size = rank, size
         self.mtu_payload = int((config or {}).get("mtu_payload", 8000))
         self.lanes = {int(p): [c["conn"] for c in cs] for p, cs in conns.items()}
@@ -84,6 +94,12 @@ class TransportComm:
 
         def on_done(comp: Completion) -> None:
             parts.append(comp)
+            self._progress = time.monotonic()
+            if not comp.ok and self.failure is None:
+                with self._cond:
+                    self.failure = (f"{kind} {'to' if kind == 'send' else 'from'} rank {peer} "
+                                    f"(message {msg}) failed: {comp.error}")
+                    self._cond.notify_all()
             if len(parts) == k:
                 merged = parts[0] if k == 1 else _merge(parts)
                 with self._cond:
@@ -112,16 +128,27 @@ class TransportComm:
         return self._post("recv", peer, view, bound)
 
     def wait(self, handles: list[Handle], timeout: float | None = None) -> None:
-        """Block until all ``handles`` are done; CommError if one failed or the engine died."""
+        """Block until all ``handles`` are done. CommError if any message of this rank
+        failed (these or earlier ones), the engine died, ``timeout`` passed, or nothing
+        completed for ``stall_s``."""
         end = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not all(h.done for h in handles):
+                if self.failure is not None:
+                    raise CommError(f"rank {self.rank}: {self.failure}")
                 if not self.endpoint.alive():
                     raise CommError("the transport engine stopped") from self.endpoint.error
-                left = 1.0 if end is None else min(1.0, end - time.monotonic())
+                now = time.monotonic()
+                left = min(1.0, self.stall_s) if end is None else min(1.0, end - now)
                 if left <= 0:
                     waiting = [h for h in handles if not h.done]
                     raise CommError(f"timed out after {timeout} s waiting for {waiting}")
+                if now - self._progress > self.stall_s:
+                    waiting = [h for h in handles if not h.done]
+                    raise CommError(f"rank {self.rank}: no message completed for "
+                                    f"{now - self._progress:.0f} s (stall_s={self.stall_s:g}) "
+                                    f"waiting for {waiting}; connections: "
+                                    f"{self.endpoint.describe()}")
                 self._cond.wait(left)
         for h in handles:
             c = h.completion

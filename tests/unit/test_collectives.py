@@ -529,7 +529,7 @@ def test_time_limit_names_the_waiting_ranks():
 
 
 def test_dead_link_fails_with_comm_error():
-    cl = FakeCluster("rc", 2, config=CFG)
+    cl = FakeCluster("rc", 2, config={**CFG, "give_up_s": 0.5})
     for ev in range(cl.evs):
         cl.net.kill(cl.name(0, 1), cl.name(1, 0), ev, at=0.0)
     data = inputs(2, 20)

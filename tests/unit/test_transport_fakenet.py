@@ -125,3 +125,21 @@ def test_port_errors_name_what_is_wrong():
     net.port("a", "b", rate=1e6)
     with pytest.raises(ValueError, match="until > at"):
         net.port_burst("a", "b", 1.0, 1.0, rate=1e6)
+
+
+def test_stall_holds_arrivals_until_the_receiver_runs_again():
+    from transports.mrc import MrcCore
+
+    net = FakeNet(1)
+    net.connect("a", MrcCore(1, 1), "b", MrcCore(1, 1), [PathSpec(delay=1e-3)])
+    net.stall("b", every=0.1, length=0.02, start=0.0)
+    buf = bytearray(100)
+    net.post_recv("b", 1, buf)
+    net.post_send("a", 1, b"z" * 100)  # arrives at 1 ms, inside the stall [0, 20 ms)
+    net.run(1.0, stop=lambda: bool(net.done["b"]))
+    data = [r for r in net.log if r.src == "a" and r.kind == wire.DATA]
+    assert data[0].t_arrive == pytest.approx(0.02) and buf == b"z" * 100
+    with pytest.raises(ValueError, match="length=0.2, every=0.1"):
+        net.stall("b", every=0.1, length=0.2)
+    with pytest.raises(ValueError, match="no core 'c'"):
+        net.stall("c", every=0.1, length=0.01)

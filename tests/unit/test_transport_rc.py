@@ -67,16 +67,38 @@ def test_window_limits_outstanding_packets():
     assert len(net.sent("a", kind=wire.DATA)) == 4
 
 
-def test_peer_gone_fails_in_bounded_time():
-    cfg = RcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=10e-3, max_retries=4)
+@pytest.mark.parametrize("give_up_s", [0.0, 0.5])
+def test_peer_gone_fails_in_bounded_time(give_up_s):
+    cfg = RcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=10e-3, max_retries=4,
+                   give_up_s=give_up_s)
     net, a, b = pair(cfg, 3)
     net.kill("a", "b", 0, at=30e-6)
     net.post_send("a", 1, bytes(2_000_000))
     net.post_send("a", 2, b"x")
     t = net.run(10.0, stop=lambda: len(net.done["a"]) >= 2)
-    assert t < 0.1
+    # the count alone (4 doubling RTOs capped at 10 ms) is spent in < 0.1 s; the time
+    # budget keeps the QP probing every rto_max until give_up_s has passed
+    assert give_up_s <= t < give_up_s + 0.1
     assert all(not c.ok and "peer unreachable" in c.error for c in net.done["a"])
     assert a.next_deadline() is None
+
+
+def test_outage_longer_than_the_retry_count_but_shorter_than_give_up_survives():
+    # as a fabric reconvergence: 8 RTOs (capped at 10 ms) are spent in ~50 ms, the path
+    # is back after 0.3 s, within give_up_s: the QP resumes and delivers every byte
+    cfg = RcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=10e-3, max_retries=3,
+                   give_up_s=1.0, aimd=True)
+    net, a, b = pair(cfg, 5)
+    net.kill("a", "b", 0, at=0.0, until=0.3)
+    msgs = messages(5, [400_000, 100_000])
+    bufs = exchange(net, "a", "b", msgs, until=5.0)
+    check_all(net, msgs, bufs)
+    assert a.stats["rto"] > cfg.max_retries and a.stats["conn_failed"] == 0
+
+
+def test_give_up_s_validated():
+    with pytest.raises(ValueError, match="give_up_s=-1"):
+        RcConfig(give_up_s=-1)
 
 
 def test_malformed_counted():

@@ -1,13 +1,15 @@
 """RTO estimation (RFC 6298) with a floor in RTTs, the spurious-retransmission ledger, and
 the window undo: hand values, and the floor scaling with the path on the fake network."""
 
+import math
+
 import pytest
 
 from transports.cc import Nscc, NsccConfig
 from transports.fakenet import FakeNet, PathSpec, exchange
 from transports.mrc import MrcConfig, MrcCore
 from transports.rc import RcConfig, RcCore
-from transports.rto import MinRtt, RttEstimator, rto_floor
+from transports.rto import HOST_DELAY_MAX_S, HostDelay, MinRtt, RttEstimator, rto_floor
 from transports.spurious import RetxLedger
 
 MS = 1e-3
@@ -16,6 +18,7 @@ MS = 1e-3
 def test_estimator_follows_samples_by_hand():
     e = RttEstimator()
     assert e.rto(1 * MS, 1.0, 7 * MS) == 7 * MS  # no sample yet: the initial RTO
+    assert e.rto(9 * MS, 1.0, 7 * MS) == 9 * MS  # ... not under the floor
     e.sample(10 * MS)  # srtt = r, rttvar = r / 2
     assert (e.srtt, e.rttvar) == (10 * MS, 5 * MS)
     assert e.rto(1 * MS, 1.0, 7 * MS) == pytest.approx(30 * MS)
@@ -126,3 +129,62 @@ def test_window_cut_on_timeout_is_undone_unless_cut_again():
     before = cc.on_timeout(2.0)
     cc.quick_adapt(2.5)  # another cut since
     assert not cc.undo(before, 2.0) and cc.cwnd == mtu
+
+
+def test_host_delay_is_a_decaying_peak_published_on_change():
+    hd = HostDelay(decay_s=1.0, step=0.25)
+    assert hd.value(0.0) == 0.0
+    assert hd.sample(2 * MS, 10.0)  # a new peak: published
+    assert hd.published == 2 * MS
+    assert not hd.sample(0.1 * MS, 10.1)  # below the decayed peak, within 25 %: not
+    assert hd.value(11.0) == pytest.approx(2 * MS * math.exp(-1.0))
+    assert hd.sample(0.0, 12.0)  # decayed by e^-2: moved > 25 %, published again
+    assert hd.published == pytest.approx(2 * MS * math.exp(-2.0))
+    assert hd.sample(-1.0, 12.0) is False and hd.value(12.0) > 0  # early: counts as 0
+    hd.sample(10.0, 13.0)  # a stopped process is not scheduling noise: capped
+    assert hd.peak == HOST_DELAY_MAX_S
+    assert hd.samples == 5
+    with pytest.raises(ValueError, match="decay_s=0"):
+        HostDelay(decay_s=0)
+
+
+def test_host_delay_adds_to_either_floor():
+    assert rto_floor(1 * MS, 4.0, 2 * MS, 3 * MS) == pytest.approx(11 * MS)
+    assert rto_floor(1 * MS, 4.0, None, 3 * MS) == pytest.approx(4 * MS)  # no RTT yet
+    a = _mrc_after_exchange(0.5 * MS)
+    before = a.rto_floor()
+    a.set_host_delay(2 * MS)
+    assert a.rto_floor() == pytest.approx(before + 2 * MS)
+    rc = RcCore(1, RcConfig(), 1)
+    rc.set_host_delay(2 * MS)
+    assert rc.rto_floor() == pytest.approx(RcConfig().rto_min + 2 * MS)
+
+
+def test_mrc_with_host_delay_sends_no_spurious_retransmission_on_a_late_receiver():
+    """The receiver stops for 8 ms every 50 ms (as a process waiting for a CPU) while a
+    message goes every 5 ms: RTT samples between the stalls keep the RTO at its floor
+    (4 x 1 ms), so the sender times out spuriously on each stall, unless the floor holds
+    the host's delay."""
+    def run(host_delay):
+        cfg = MrcConfig(rto_min=200e-6, rto_init=1e-3)
+        a, b = MrcCore(1, 2, cfg, 1), MrcCore(1, 2, cfg, 2)
+        a.set_host_delay(host_delay)
+        net = FakeNet(3)
+        net.connect("a", a, "b", b, [PathSpec(delay=0.5 * MS)] * 2)
+        net.stall("b", every=50 * MS, length=8 * MS, start=21 * MS)
+        bufs = {m: bytearray(40_000) for m in range(1, 101)}
+
+        def post(m):
+            net.post_recv("b", m, bufs[m])
+            net.post_send("a", m, bytes([m]) * 40_000)
+
+        for m in bufs:
+            net.at(m * 5 * MS, lambda m=m: post(m))
+        net.run(10.0, stop=lambda: len(net.done["a"]) >= 100 and len(net.done["b"]) >= 100)
+        assert all(c.ok for c in net.done["b"]) and len(net.done["b"]) == 100
+        assert all(bufs[m] == bytes([m]) * 40_000 for m in bufs)
+        return a.stats["tx_retx_spurious"], a.stats["rto_silent"]
+
+    spurious, silent = run(0.0)
+    assert spurious >= 10 and silent >= 5  # about one silent RTO per stall
+    assert run(8 * MS) == (0, 0)
