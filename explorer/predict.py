@@ -147,8 +147,13 @@ def _cut(exp: Any, tc: TransportCal, rtt: float, step: float, comm: float) -> di
     cut_plane = min(f.rate_mbit, (f.spines - 1) * f.fabric_rate_mbit / hosts)
     slow = f.planes * f.rate_mbit / ((f.planes - 1) * f.rate_mbit + cut_plane)
     median = (step - comm + comm * slow) / step
-    restore = [ev.at for ev in exp.events if type(ev.action).__name__ == "Restore"]
-    window = (min(restore) - cuts[0].at) if restore else None
+    # How long the cut lasts, in seconds or in steps (events scheduled by step).
+    restore = [ev for ev in exp.events if type(ev.action).__name__ == "Restore"]
+    window = None
+    if restore and cuts[0].at is not None and restore[0].at is not None:
+        window = min(ev.at for ev in restore) - cuts[0].at
+    elif restore and cuts[0].step is not None and restore[0].step is not None:
+        window = (min(ev.step for ev in restore) - cuts[0].step) * step * median
     recovery = (tc.recovery_rtts.value if tc.recovery_rtts else 0.0) * rtt
     mean = None
     if window:

@@ -1,28 +1,31 @@
 """`emu bench training`: what the transports do to data-parallel training, in one run.
 
 On one fabric (the default 2-plane Clos: 2 planes x 4 spines x 4 racks x 4 hosts,
-100 Mbit/s, eBGP + BFD for the ECMP baseline), 4 workers (one per rack):
+100 Mbit/s, eBGP + BFD for the ECMP baseline), 4 workers (one per rack), every run
+repeated (``REPS``, interleaved: every variant's repetition 0, then 1, ...) and the
+figures reported as median and spread:
 
 1. The digits CNN over MRC, RC over ECMP and gloo/TCP, each healthy, through a cut
-   of rack 0's leaf-spine link (either plane) busiest into the rack (sampled at
-   0.4 s, cut until 1.4 s), and through microbursts onto worker 1's port on both
-   planes (2 rack-mates at line rate, 20 ms every 100 ms, 0.4-1.4 s): per run the
-   median step time, the step times inside the failure window, the time lost to it
-   and the time to 98 % accuracy (reached near step 150, after the failure;
-   training time: evaluation excluded).
+   of rack 0's leaf-spine link (either plane) busiest into the rack (after step 20,
+   restored after step 60), and through microbursts onto worker 1's port on both
+   planes (3 rack-mates at line rate, 50 ms every 200 ms: sized to overflow the port's
+   buffer, so they drop; steps 20-60): per run the median step time, the step times
+   inside the failure window, the time lost to it (never negative: each step's excess
+   over the run's healthy median) and the time to 98 % accuracy (training time:
+   evaluation excluded). Failures are scheduled by step, so every transport meets
+   them at the same point of training.
 2. The tiny transformer LM (its gradient is 116 k values, so a round has enough
    chunks for a loss tolerance to mean something) under microbursts for the whole
    run, over DBLP (phase-aware tolerance, error feedback) against reliable MRC with
    the same transpose all-reduce: time to the target validation loss and the
    final loss of each.
 
-Compute is modelled (each step's compute padded to its time measured alone), so
-step times reflect the network, not the two shared cores.
+Compute is modelled: padded to the real compute's p99 measured on the fabric under
+contention (x 1.25), and a run whose overruns exceed 5 % of its steps is refused.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,35 +33,37 @@ from emu.errors import require_root
 from emu.fabric import Fabric
 from workloads import experiment
 from workloads.results import ResultsWriter, read_jsonl
-from workloads.runner import compute_model_ms, measure_rtt, run_label
-from workloads.summary import summarize_workload
+from workloads.runner import Variant, measure_rtt, overrun_stats, refuse_overruns, run_variants
+from workloads.summary import aggregate, beyond_spread, spread_cell, summarize_workload
 
 FABRIC = {"planes": 2, "spines": 4, "leaves": 4, "hosts_per_leaf": 4, "rate_mbit": 100.0,
           "queue_packets": 100, "control_plane": "bgp"}
-CUT_AT, CUT_FOR = 0.4, 1.0  # the cut takes effect after a 0.2 s sample: 0.6-1.4 s
+REPS = 3
+FAIL_STEP, RESTORE_STEP = 20, 60
+BURST = {"sources": ["h5", "h6", "h7"], "on_ms": 50.0, "every_ms": 200.0, "mode": "drop"}
 
 
-def _burst_events(start: float, stop: float | None) -> list[dict]:
+def _burst_events(start: int, stop: int | None) -> list[dict]:
     out = []
     for p in (0, 1):
-        burst = {"do": "microburst", "target": f"p{p}l1:h4", "sources": ["h5", "h6"],
-                 "on_ms": 20.0, "every_ms": 100.0}
-        out.append({"at": start, **burst})
+        burst = {"do": "microburst", "target": f"p{p}l1:h4", **BURST}
+        out.append({"at_step": start, **burst})
         if stop is not None:
-            out.append({"at": stop, "do": "restore", "what": "microburst",
+            out.append({"at_step": stop, "do": "restore", "what": "microburst",
                         **{k: v for k, v in burst.items() if k != "do"}})
-    return sorted(out, key=lambda e: e["at"])
+    return sorted(out, key=lambda e: e["at_step"])
 
 
 def _cut_events() -> list[dict]:
-    return [{"at": CUT_AT, "do": "fail_busiest_uplink", "leaf": "p0l0,p1l0"},
-            {"at": CUT_AT + CUT_FOR, "do": "restore", "what": "fail_busiest_uplink",
+    return [{"at_step": FAIL_STEP, "do": "fail_busiest_uplink", "leaf": "p0l0,p1l0"},
+            {"at_step": RESTORE_STEP, "do": "restore", "what": "fail_busiest_uplink",
              "leaf": "p0l0,p1l0"}]
 
 
 def _exp(name: str, transport: dict, workload: dict, events: list[dict]) -> experiment.Experiment:
-    return experiment.parse({"name": name, "seed": 1, "fabric": FABRIC, "transport": transport,
-                             "workload": workload, "event": events}, where=f"bench {name}")
+    return experiment.parse({"name": name, "seed": 1, "repetitions": REPS, "fabric": FABRIC,
+                             "transport": transport, "workload": workload, "event": events},
+                            where=f"bench {name}")
 
 
 def plan(quick: bool = False) -> list[tuple[str, experiment.Experiment]]:
@@ -73,11 +78,11 @@ def plan(quick: bool = False) -> list[tuple[str, experiment.Experiment]]:
         runs.append((f"{t}/healthy", _exp(f"{t}-healthy", tr, digits, [])))
         runs.append((f"{t}/link_cut", _exp(f"{t}-cut", tr, digits, _cut_events())))
         runs.append((f"{t}/bursts", _exp(f"{t}-bursts", tr, digits,
-                                         _burst_events(CUT_AT, CUT_AT + CUT_FOR))))
+                                         _burst_events(FAIL_STEP, RESTORE_STEP))))
     lm_steps = 250 if quick else 500
     lm = {"model": "tiny_lm", "workers": 4, "steps": lm_steps, "batch_size": 16, "lr": 0.003,
           "lr_schedule": "cosine", "target_loss": 2.5, "eval_every": 25, "compute": "modelled"}
-    bursts = _burst_events(0.5, None)
+    bursts = _burst_events(0, None)
     dblp = {"name": "dblp", "collective": "transpose",
             "dblp": {"policy": "phase_aware", "fill": "error_feedback", "base": 0.1,
                      "cap": 0.3, "critical_epochs": 0, "window": 10, "eta": 0.5}}
@@ -91,47 +96,79 @@ def plan(quick: bool = False) -> list[tuple[str, experiment.Experiment]]:
 
 def bench_training(say: Callable[[str], None] = print, quick: bool = False,
                    out_dir: Path | None = None) -> dict:
-    """Run every scenario; returns the summaries, the targets' figures and where results are."""
+    """Run every scenario; returns the summaries (per repetition and aggregated), the
+    targets' figures and where the results are."""
     require_root("emu bench training")
     runs = plan(quick)
     out_dir = out_dir or Path("results") / "bench-training"
-    compute: dict[str, float | None] = {}
-    for _, e in runs:  # one compute model per model, measured alone before the fabric
-        if e.workload.model not in compute:
-            compute[e.workload.model] = compute_model_ms(e, say)
-    summaries: dict[str, dict] = {}
+    outcomes = []
     with ResultsWriter(out_dir, label=runs[0][0]) as writer:
         with Fabric(runs[0][1].fabric_spec(), name="benchtr", control_plane="bgp",
                     progress=lambda m: say(f"  fabric: {m}")) as fab:
             hosts = runs[0][1].hosts()
             rtt = measure_rtt(fab, hosts[0], hosts[-1])
-            for label, e in runs:
-                run_label(fab, writer, label, e, compute[e.workload.model], rtt, say)
-                s = summaries[label] = summarize_workload(read_jsonl(writer.path), label, 0,
-                                                          e.workload)
-                say(f"  {label}: step {s['step_ms_median']} ms (healthy {s['healthy_step_ms']}),"
-                    f" in failure max {s['failure_step_ms_max']} ms, lost "
-                    f"{s['failure_lost_s']} s, to target {s['time_to_target_s']} s")
-    return {"out_dir": str(out_dir), "rtt_s": rtt, "compute_ms": compute,
-            "runs": summaries, "targets": targets(summaries)}
+            # One call per model: the labels of a model share one calibrated compute model
+            # and interleave their repetitions.
+            for model in dict.fromkeys(e.workload.model for _, e in runs):
+                group = [Variant(label, e) for label, e in runs if e.workload.model == model]
+                outcomes += run_variants(fab, writer, group, rtt, say, interleave=True)
+    records = read_jsonl(out_dir / "results.jsonl")
+    per_rep = []
+    for label, e in runs:
+        for rep in range(REPS):
+            s = summarize_workload(records, label, rep, e.workload)
+            stats = overrun_stats(records, label, rep)
+            if stats is not None:
+                s.update(stats.as_record())
+            per_rep.append(s)
+    with ResultsWriter(out_dir, label=runs[0][0]) as w:
+        for s in per_rep:
+            w.summary(**s)
+    agg = aggregate(per_rep)
+    for label in agg:
+        a = agg[label]
+        say(f"  {label}: healthy step {spread_cell(a.get('healthy_step_ms'))} ms, in failure "
+            f"max {spread_cell(a.get('failure_step_ms_max'))} ms, lost "
+            f"{spread_cell(a.get('failure_lost_s'), 3)} s, to target "
+            f"{spread_cell(a.get('time_to_target_s'), 3)} s, overruns "
+            f"{spread_cell(a.get('overrun_fraction'), 3)}, burst drops "
+            f"{spread_cell(a.get('burst_drops'), 0)}")
+    refuse_overruns(outcomes)
+    return {"out_dir": str(out_dir), "rtt_s": rtt, "reps": REPS, "runs": per_rep,
+            "aggregate": agg, "targets": targets(agg)}
 
 
-def targets(s: dict[str, dict]) -> dict:
-    """The issue's targets from the summaries."""
+def targets(agg: dict[str, dict]) -> dict:
+    """The issue's targets from the aggregated figures (median, spread over repetitions)."""
+    def med(label: str, key: str) -> float | None:
+        fig = agg.get(label, {}).get(key)
+        return fig["median"] if fig else None
+
     out: dict = {}
     for t in ("mrc", "rc", "gloo"):
-        healthy, cut = s.get(f"{t}/healthy"), s.get(f"{t}/link_cut")
-        if healthy and cut and cut.get("failure_step_ms_median"):
-            out[f"{t}_cut_step_vs_healthy"] = round(
-                cut["failure_step_ms_median"] / healthy["step_ms_median"], 3)
-            out[f"{t}_cut_worst_step_ms"] = cut["failure_step_ms_max"]
-            out[f"{t}_cut_lost_s"] = cut["failure_lost_s"]
-    m, d = s.get("lm/mrc_bursts"), s.get("lm/dblp_bursts")
-    if m and d and m.get("time_to_target_s") and d.get("time_to_target_s"):
-        out["dblp_time_to_target_vs_mrc"] = round(
-            d["time_to_target_s"] / m["time_to_target_s"], 3)
-        out["dblp_final_loss"] = d.get("final_loss")
-        out["mrc_final_loss"] = m.get("final_loss")
-    steps = [r.get("step_ms_median") for r in s.values() if r.get("step_ms_median")]
-    out["median_step_ms_all_runs"] = statistics.median(steps) if steps else None
+        healthy_tt, cut_tt = med(f"{t}/healthy", "time_to_target_s"), \
+            med(f"{t}/link_cut", "time_to_target_s")
+        if healthy_tt and cut_tt:
+            out[f"{t}_cut_time_to_target_vs_healthy"] = round(cut_tt / healthy_tt, 3)
+        out[f"{t}_cut_worst_step_ms"] = med(f"{t}/link_cut", "failure_step_ms_max")
+        out[f"{t}_cut_lost_s"] = med(f"{t}/link_cut", "failure_lost_s")
+        out[f"{t}_bursts_worst_step_ms"] = med(f"{t}/bursts", "failure_step_ms_max")
+        spread = agg.get(f"{t}/healthy", {}).get("healthy_step_ms")
+        if spread and spread["median"]:
+            out[f"{t}_healthy_step_spread"] = round((spread["hi"] - spread["lo"])
+                                                    / spread["median"], 3)
+    for a, b in (("mrc", "rc"), ("mrc", "gloo")):
+        fa = agg.get(f"{a}/link_cut", {}).get("time_to_target_s")
+        fb = agg.get(f"{b}/link_cut", {}).get("time_to_target_s")
+        out[f"cut_time_to_target_{a}_vs_{b}_beyond_spread"] = beyond_spread(fa, fb)
+    fm = agg.get("lm/mrc_bursts", {}).get("time_to_target_s")
+    fd = agg.get("lm/dblp_bursts", {}).get("time_to_target_s")
+    if fm and fd:
+        out["dblp_time_to_target_vs_mrc"] = round(fd["median"] / fm["median"], 3)
+        out["dblp_vs_mrc_beyond_spread"] = beyond_spread(fd, fm)
+    overruns = [f["hi"] for f in (a.get("overrun_fraction") for a in agg.values()) if f]
+    out["overrun_fraction_max"] = max(overruns) if overruns else None
+    drops = [f["lo"] for lb, a in agg.items() if "burst" in lb
+             for f in [a.get("burst_drops")] if f]
+    out["every_burst_dropped"] = bool(drops) and min(drops) > 0
     return out

@@ -12,10 +12,22 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
     name = "digits-mrc-linkcut"    # *required*, [A-Za-z0-9_.-]+ (names result directories)
     description = "..."            # optional free text
     seed = 1                       # 0; repetition k uses seed + k
-    repetitions = 1                # 1; >= 1
+    repetitions = 1                # 1; >= 1; with several variants (emu run --transports)
+                                   # they run interleaved on one fabric: repetition 0 of
+                                   # every variant, then repetition 1, ...
     timeline = "../failures/spine_link_cut.py"  # optional failure timeline file (.py/.toml),
                                    # relative to this file, else to the working directory;
                                    # not together with [[event]]
+    clock = "wall"                 # "wall" | "modelled": what an event's `at` counts.
+                                   # wall: seconds on the wall clock from the start of
+                                   # training; modelled: seconds of the training time the
+                                   # run reports (modelled compute + exposed communication
+                                   # per step; measured compute: the steps' time without
+                                   # evaluation), the event firing at the first step
+                                   # boundary that reached it, with every rank held there
+                                   # until it is applied (record: step, train_s, late_ms).
+                                   # Must stay "wall" with `at_step` events (it would
+                                   # mean nothing there)
 
     [fabric]                       # the whole table is optional
     planes = 2                     # 2; [1, 16]
@@ -72,13 +84,22 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
     target_loss = 2.0              # tiny_lm only, optional: validation loss > 0
     eval_every = 10                # 10; steps between evaluations, >= 1
     compute = "measured"           # "measured" | "modelled"
-    compute_ms = 20.0              # modelled only, optional (> 0): absent = measure one step's
-                                   # forward + backward alone before the run (calibration);
-                                   # pipelines: required, one microbatch's forward + backward
-                                   # on one stage
+    compute_ms = 20.0              # modelled only, optional (> 0): absent = calibrated on the
+                                   # fabric before the runs, as in the run (a short run with
+                                   # measured compute over each variant's transport: the
+                                   # 99th percentile of the ranks' forward + backward x 1.25;
+                                   # workloads/runner.py); pipelines: required, one
+                                   # microbatch's forward + backward on one stage
+    allow_overruns = false         # modelled only: false; a run in which the real compute
+                                   # overran the model in more than 5 % of its steps (a step
+                                   # overruns when any rank's does) ends with an error after
+                                   # its results are written; true accepts it
 
     [[event]]                      # optional failure timeline, the emu/timeline.py TOML format;
-    at = 5.0                       # seconds from the start of training
+    at = 5.0                       # seconds from the start of training (see `clock`), or
+    # at_step = 40                 # instead: after training step 40, before step 41, on
+                                   # every rank (an integer in [0, workload.steps - 2]);
+                                   # one timeline uses one of the two for every event
     do = "fail_link"
     link = "p0l0-p0s1"
 
@@ -113,29 +134,24 @@ from emu.errors import EmuError
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, Role, ScaleAcross, TopologyError
 from topologies.addressing import MAX_SCALEACROSS_DCS
 from transports.fill import DEFAULT_FILL, FILLS
-from transports.phase import (
-    FixedTolerance,
-    OptiReduceConfig,
-    OptiReduceDeadline,
-    PhaseAware,
-    PhaseAwareConfig,
-)
+from transports.phase import PhaseAwareConfig
+from workloads.records import POLICIES, DblpConfig
 
 __all__ = [
-    "COLLECTIVES", "COMPUTE_MODES", "DblpConfig", "Experiment", "FabricConfig", "KINDS",
+    "CLOCKS", "COLLECTIVES", "COMPUTE_MODES", "DblpConfig", "Experiment", "FabricConfig", "KINDS",
     "LR_SCHEDULES", "MODELS", "POLICIES", "TRANSPORTS", "TransportConfig", "WorkloadConfig",
     "default_placement", "load", "parse", "parse_override", "with_overrides",
 ]
 
 TRANSPORTS = ("mrc", "rc", "dblp", "gloo")
 COLLECTIVES = ("ring", "transpose", "hierarchical")
-POLICIES = ("phase_aware", "fixed", "optireduce")
 KINDS = ("data_parallel", "pipeline")
 MODELS = ("digits_cnn", "tiny_lm")
 MAX_STAGES = {"digits_cnn": 3, "tiny_lm": 3}  # pipeline stages each model splits into
 LR_SCHEDULES = ("cosine", "constant")
 COMPUTE_MODES = ("measured", "modelled")
 CONTROL_PLANES = ("static", "bgp")
+CLOCKS = tl.CLOCKS
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # Seeds feed numpy (< 2**32) as seed + repetition.
@@ -179,42 +195,6 @@ class FabricConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DblpConfig:
-    """The ``[transport.dblp]`` table: how much loss each round may take, and the fill.
-
-    Only the fields of the chosen ``policy`` are set: ``tolerance`` for fixed,
-    ``phase`` for phase_aware, ``margin_ms`` for optireduce (the others are None).
-    """
-
-    policy: str = "phase_aware"
-    fill: str = DEFAULT_FILL
-    tolerance: float | None = None
-    phase: PhaseAwareConfig | None = None
-    deadline_ms: float | None = None
-    margin_ms: float | None = None
-    bounded_gather: bool = False
-
-    @property
-    def deadline_s(self) -> float | None:
-        """``deadline_ms`` in seconds (None: no deadline)."""
-        return None if self.deadline_ms is None else self.deadline_ms / 1000.0
-
-    def policy_object(self) -> FixedTolerance | PhaseAware | OptiReduceDeadline:
-        """A fresh policy object (transports/phase.py); one per rank and repetition."""
-        if self.policy == "fixed":
-            assert self.tolerance is not None
-            return FixedTolerance(self.tolerance)
-        if self.policy == "phase_aware":
-            return PhaseAware(self.phase)
-        return OptiReduceDeadline(self.optireduce_config())
-
-    def optireduce_config(self) -> OptiReduceConfig:
-        """The OptiReduce deadline policy's settings (policy = "optireduce")."""
-        margin = 1.0 if self.margin_ms is None else self.margin_ms
-        return OptiReduceConfig(margin_s=margin / 1000.0, initial_s=self.deadline_s)
-
-
-@dataclass(frozen=True, kw_only=True)
 class TransportConfig:
     """The ``[transport]`` table. ``collective`` is None for pipelines (no collective)."""
 
@@ -241,16 +221,19 @@ class WorkloadConfig:
     eval_every: int = 10
     compute: str = "measured"
     compute_ms: float | None = None
+    allow_overruns: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class Experiment:
     """A validated experiment. Build things from it with the methods below.
 
-    ``events`` is the failure timeline (already validated against ``fabric_spec()``);
-    ``timeline_file`` the file it came from, if any; ``source`` the experiment file (or
-    what ``parse`` was told). ``document`` is the input dict, kept for ``with_overrides``;
-    ``overrides`` the dotted keys ``with_overrides`` changed in it (empty for a file as is).
+    ``events`` is the failure timeline (already validated against ``fabric_spec()`` and
+    the workload's steps); ``clock`` what their ``at`` counts (wall or modelled
+    training time); ``timeline_file`` the file it came from, if any; ``source`` the
+    experiment file (or what ``parse`` was told). ``document`` is the input dict, kept
+    for ``with_overrides``; ``overrides`` the dotted keys ``with_overrides`` changed in
+    it (empty for a file as is).
     """
 
     name: str
@@ -261,6 +244,7 @@ class Experiment:
     transport: TransportConfig
     workload: WorkloadConfig
     events: tuple[tl.Event, ...] = ()
+    clock: str = "wall"
     timeline_file: str | None = None
     source: str = "<dict>"
     base_dir: str | None = field(default=None, repr=False, compare=False)
@@ -277,7 +261,8 @@ class Experiment:
         return self._spec
 
     def timeline(self) -> tl.Timeline:
-        """The failure timeline (possibly empty); times are seconds from training start."""
+        """The failure timeline (possibly empty): by step, or in seconds from training
+        start on ``clock``."""
         return tl.Timeline(self.events)
 
     def hosts(self) -> tuple[str, ...]:
@@ -300,14 +285,15 @@ class Experiment:
             "workload": {**dataclasses.asdict(self.workload),
                          "hosts": list(self.hosts())},
             "timeline_file": self.timeline_file, "overrides": dict(self.overrides),
-            "events": [_describe_event(ev) for ev in self.events],
+            "clock": self.clock, "events": [_describe_event(ev) for ev in self.events],
         }
 
 
 def _describe_event(ev: tl.Event) -> dict[str, Any]:
+    when = {"at": ev.at} if ev.step is None else {"at_step": ev.step}
     if isinstance(ev.action, tl.Restore):
-        return {"at": ev.at, "action": "restore", **ev.action.failure.describe()}
-    return {"at": ev.at, "action": "apply", **ev.action.describe()}
+        return {**when, "action": "restore", **ev.action.failure.describe()}
+    return {**when, "action": "apply", **ev.action.describe()}
 
 
 # --------------------------------------------------------------------------------------
@@ -432,8 +418,8 @@ def _number_rule(lo: float | None, hi: float | None, lo_open: bool, hi_open: boo
 # The schema
 # --------------------------------------------------------------------------------------
 
-_TOP = ("name", "description", "seed", "repetitions", "timeline", "fabric", "transport",
-        "workload", "event")
+_TOP = ("name", "description", "seed", "repetitions", "timeline", "clock", "fabric",
+        "transport", "workload", "event")
 _FABRIC = ("planes", "spines", "leaves", "hosts_per_leaf", "rate_mbit", "fabric_rate_mbit",
            "queue_packets", "control_plane", "dcs", "dci_rate_mbit", "dci_delay_ms", "dci_loss")
 _TRANSPORT = ("name", "collective", "dblp")
@@ -442,7 +428,7 @@ _DBLP = ("policy", "fill", "tolerance", *_PHASE_FIELDS, "deadline_ms", "margin_m
          "bounded_gather")
 _WORKLOAD = ("kind", "model", "workers", "hosts", "steps", "batch_size", "microbatches", "lr",
              "lr_schedule", "target_accuracy", "target_loss", "eval_every", "compute",
-             "compute_ms")
+             "compute_ms", "allow_overruns")
 
 
 def load(path: str | Path) -> Experiment:
@@ -483,10 +469,14 @@ def parse(data: Mapping[str, Any], where: str = "<experiment>",
         raise EmuError(f"{where}: [fabric]: {e}") from None
     workload = _workload(top.table("workload", _WORKLOAD), spec)
     transport = _transport(top.table("transport", _TRANSPORT), fabric, workload, spec)
-    events, timeline_file = _timeline(top, spec, base_dir)
+    events, timeline_file = _timeline(top, spec, base_dir, workload.steps)
+    clock = top.get_str("clock", "wall", CLOCKS)
+    if clock == "modelled" and tl.Timeline(events).by_step:
+        top.fail("clock", "must be 'wall' (the default) when events are scheduled by "
+                 "at_step: the clock only says what `at` counts", clock)
     return Experiment(
         name=name, description=description, seed=seed, repetitions=repetitions,
-        fabric=fabric, transport=transport, workload=workload, events=events,
+        fabric=fabric, transport=transport, workload=workload, events=events, clock=clock,
         timeline_file=timeline_file, source=where,
         base_dir=None if base_dir is None else str(base_dir),
         document=copy.deepcopy(dict(data)))
@@ -547,6 +537,8 @@ def _workload(t: _Table, spec: MultiPlaneClos | ScaleAcross) -> WorkloadConfig:
     compute = t.get_str("compute", "measured", COMPUTE_MODES)
     if compute != "modelled":
         t.refuse("compute_ms", "with compute = 'measured' (only modelled compute takes a time)")
+        t.refuse("allow_overruns", "with compute = 'measured' (only modelled compute can be "
+                 "overrun)")
     elif pipeline and not t.has("compute_ms"):
         t.fail("compute_ms", "missing: a modelled pipeline needs it (one microbatch's forward "
                "+ backward on one stage, in ms; it is not measured for stages)")
@@ -557,7 +549,8 @@ def _workload(t: _Table, spec: MultiPlaneClos | ScaleAcross) -> WorkloadConfig:
         target_accuracy=t.get_number("target_accuracy", None, 0.0, 1.0, lo_open=True),
         target_loss=t.get_number("target_loss", None, 0.0, lo_open=True),
         eval_every=t.get_int("eval_every", 10, 1), compute=compute,
-        compute_ms=t.get_number("compute_ms", None, 0.0, lo_open=True))
+        compute_ms=t.get_number("compute_ms", None, 0.0, lo_open=True),
+        allow_overruns=t.get_bool("allow_overruns", False))
 
 
 def _check_hosts(t: _Table, hosts: tuple[str, ...], workers: int,
@@ -695,6 +688,7 @@ _ARG_TYPES: dict[str, tuple[str, Callable[[object], bool]]] = {
     "plane": ("an integer", lambda v: type(v) is int),
     "payload": ("an integer", lambda v: type(v) is int),
     "seed": ("an integer", lambda v: type(v) is int),
+    "mode": ("a string", lambda v: isinstance(v, str)),
     "sources": ("an array of host names",
                 lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
 }
@@ -709,7 +703,7 @@ def _event_args(do: str) -> tuple[list[str], list[str]]:
             [p.name for p in params if p.default is inspect.Parameter.empty])
 
 
-def _check_events(where: str, raw: object) -> list[dict]:
+def _check_events(where: str, raw: object, steps: int) -> list[dict]:
     if not isinstance(raw, list):
         raise EmuError(f"{where}: event is invalid: must be an array of tables ([[event]]), "
                        f"not {_type_name(raw)}")
@@ -718,16 +712,30 @@ def _check_events(where: str, raw: object) -> list[dict]:
         path = f"event[{i}]"
         if not isinstance(ev, Mapping):
             raise EmuError(f"{where}: {path} is invalid: must be a table, not {_type_name(ev)}")
-        for k in ("at", "do"):
+        if "at" in ev and "at_step" in ev:
+            raise EmuError(f"{where}: {path}.at_step is not allowed together with {path}.at "
+                           "(an event fires at a time or after a step: give one)")
+        when = "at_step" if "at_step" in ev else "at"
+        for k in (when, "do"):
             if k not in ev:
                 raise EmuError(f"{where}: {path}.{k} is required (every event has `at`, "
-                               "seconds from training start, and `do`)")
-        at = ev["at"]
-        if not _NUMBER[1](at) or at < 0:
-            raise EmuError(f"{where}: {path}.at = {at!r} is invalid: must be a number >= 0 "
-                           "(seconds from training start)")
+                               "seconds from training start, or `at_step`, the training "
+                               "step after which it fires, and `do`)")
+        if when == "at":
+            at = ev["at"]
+            if not _NUMBER[1](at) or at < 0:
+                raise EmuError(f"{where}: {path}.at = {at!r} is invalid: must be a number "
+                               ">= 0 (seconds from training start)")
+        else:
+            k = ev["at_step"]
+            if type(k) is not int or k < 0:
+                raise EmuError(f"{where}: {path}.at_step = {k!r} is invalid: must be an "
+                               "integer >= 0 (the training step after which it fires)")
+            if k > steps - 2:
+                raise EmuError(f"{where}: {path}.at_step = {k!r} is invalid: "
+                               f"{tl.step_range_rule(steps)} (workload.steps = {steps})")
         do = ev["do"]
-        keys = ["at", "do"]
+        keys = [when, "do"]
         if do == "restore":
             keys.append("what")
             do = ev.get("what")
@@ -753,8 +761,8 @@ def _check_events(where: str, raw: object) -> list[dict]:
     return [dict(ev) for ev in raw]
 
 
-def _timeline(top: _Table, spec: MultiPlaneClos | ScaleAcross,
-              base_dir: str | Path | None) -> tuple[tuple[tl.Event, ...], str | None]:
+def _timeline(top: _Table, spec: MultiPlaneClos | ScaleAcross, base_dir: str | Path | None,
+              steps: int) -> tuple[tuple[tl.Event, ...], str | None]:
     where = top.where
     if top.has("timeline") and top.has("event"):
         top.fail("timeline", "not allowed together with [[event]] tables (give the timeline "
@@ -770,7 +778,7 @@ def _timeline(top: _Table, spec: MultiPlaneClos | ScaleAcross,
         except Exception as e:  # noqa: BLE001 - a .py timeline is user code: report, don't crash
             raise EmuError(f"{context}: {type(e).__name__}: {e}") from None
     else:
-        raw = _check_events(where, top.data.get("event", []))
+        raw = _check_events(where, top.data.get("event", []), steps)
         context = f"{where}: [[event]]"
         try:
             # The timeline loader's own TOML path, so both spellings mean the same events.
@@ -779,11 +787,12 @@ def _timeline(top: _Table, spec: MultiPlaneClos | ScaleAcross,
             raise EmuError(f"{context}: {e}") from None
         except (TypeError, ValueError) as e:  # a failure's constructor refused a value
             raise EmuError(f"{context}: {e}") from None
-    # Each failure first, so an error names its event; then times, pairing and overlaps.
+    # Each failure first, so an error names its event; then times (steps against the
+    # workload's), pairing and overlaps.
     for i, ev in enumerate(timeline.events):
         f = ev.action.failure if isinstance(ev.action, tl.Restore) else ev.action
         _validate(f"{context}: event[{i}] ({f.describe().get('kind')})", f.validate, spec)
-    _validate(context, timeline.validate, spec)
+    _validate(context, lambda s: timeline.validate(s, steps), spec)
     return timeline.events, (str(path.resolve()) if file is not None else None)
 
 

@@ -15,69 +15,51 @@ future, so any ``nn.Module`` trains unchanged. Two backends:
     torch's own all-reduce on a gloo process group (TCP over the same fabric):
     the baseline.
 
-Every round leaves a record (``rounds``): when this rank entered and left the
-exchange (CLOCK_MONOTONIC, shared by all processes of the machine), the bytes,
-the tolerance, the delivered fraction and the lost entries.
+Every round leaves a record (``rounds``, a dict per bucket exchange; it stays in
+the worker process): when this rank entered and left the exchange
+(CLOCK_MONOTONIC, shared by all processes of the machine), the bytes, the
+tolerance and its reason (``why``), the delivered fraction and the lost entries.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from transports.dblp import LossBound
-from transports.phase import FixedTolerance, PhaseAware, Signals
+from transports.phase import OptiReduceDeadline, Signals
 from workloads import collectives
 from workloads.comm import drive
+from workloads.records import DblpConfig
 
-
-@dataclass(frozen=True)
-class DblpOptions:
-    """Bounded-loss settings of a DBLP run (see workloads/experiment.py)."""
-
-    policy: str = "phase_aware"  # "phase_aware" | "fixed" | "optireduce"
-    tolerance: float | None = 0.05
-    fill: str = "error_feedback"
-    deadline_s: float | None = None
-    margin_s: float = 1e-3  # optireduce: added to each proposal
-    bounded_gather: bool = False  # the all-gather bounded too (replicas may drift)
-    phase: dict | None = None  # PhaseAwareConfig fields
+# The settings' one definition is workloads.records.DblpConfig; this name stays for callers.
+DblpOptions = DblpConfig
 
 
 class GradSync:
     """The DDP comm hook state and callable (``ddp.register_comm_hook(sync, sync.hook)``)."""
 
     def __init__(self, backend: str, world: int, comm: Any = None, pg: Any = None,
-                 collective: str = "ring", groups: list[list[int]] | None = None,
-                 dblp: DblpOptions | None = None) -> None:
+                 collective: str = "ring", groups: Any = None,
+                 dblp: DblpConfig | None = None) -> None:
         if backend not in ("transport", "gloo"):
             raise ValueError(f"backend={backend!r}: use 'transport' or 'gloo'")
         self.backend, self.world, self.comm, self.pg = backend, world, comm, pg
         self.collective = collective
-        self.groups = groups
+        self.groups = None if groups is None else [list(g) for g in groups]
         self.dblp = dblp
         self.policy: Any = None
         self.deadline: Any = None  # OptiReduce's agreed per-round deadline
         if dblp is not None:
-            if dblp.policy == "fixed":
-                self.policy = FixedTolerance(dblp.tolerance)
-            elif dblp.policy == "phase_aware":
-                from transports.phase import PhaseAwareConfig
-
-                self.policy = PhaseAware(PhaseAwareConfig(**(dblp.phase or {})))
-            elif dblp.policy == "optireduce":
-                from transports.phase import OptiReduceConfig, OptiReduceDeadline
-
-                self.deadline = OptiReduceDeadline(OptiReduceConfig(
-                    margin_s=dblp.margin_s, initial_s=dblp.deadline_s))
+            policy = dblp.policy_object()
+            if isinstance(policy, OptiReduceDeadline):
+                self.deadline = policy
             else:
-                raise ValueError(f"dblp policy {dblp.policy!r}: use phase_aware, fixed or "
-                                 "optireduce")
+                self.policy = policy
         self.residual: dict[int, np.ndarray] = {}  # error feedback per bucket: not arrived
         self.last_norm: float | None = None  # the averaged gradient's norm, last step
         self._norm_sq = 0.0  # this step's, summed over buckets
@@ -113,8 +95,7 @@ class GradSync:
     def hook(self, state: Any, bucket: Any) -> torch.futures.Future:
         """DDP comm hook: average ``bucket.buffer()`` in place; a completed future."""
         buf = bucket.buffer()
-        rec = self.exchange(buf, bucket.index())
-        rec["bucket"] = bucket.index()
+        self.exchange(buf, bucket.index())
         fut: torch.futures.Future = torch.futures.Future()
         fut.set_result(buf)
         return fut
@@ -122,7 +103,7 @@ class GradSync:
     def exchange(self, buf: torch.Tensor, bucket: int = 0) -> dict:
         """Average ``buf`` (a flat float32 tensor) over the ranks in place; the round record."""
         t_enter = time.monotonic()
-        rec: dict = {"t_enter": t_enter}
+        rec: dict = {"t_enter": t_enter, "bucket": bucket}
         own_sq = None
         if self.backend == "gloo":
             self.pg.allreduce([buf]).wait()

@@ -150,7 +150,8 @@ _RECORD_TYPE = re.compile(r"[a-z][a-z0-9_]*")
 # Keys of an event record that say when/what happened rather than which failure it is.
 _EVENT_BOOKKEEPING = frozenset({"chosen", "chosen_rx_packets", "all_rx_packets",
                                 "type", "label", "rep", "t_s", "at", "fired", "late_ms",
-                                "action", "error", "applied"})
+                                "action", "error", "applied", "step", "at_step", "train_s",
+                                "clock", "burst_start"})
 _PACKAGES = ("scaleacross-emu", "torch", "numpy", "matplotlib", "scikit-learn", "pyroute2",
              "scapy")
 

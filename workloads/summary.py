@@ -4,9 +4,12 @@ print and store these).
 Times are *training* time: the sum of the job's step times (``job_step`` records:
 per step, from the slowest rank's end of the previous step to its end of this
 one, evaluation excluded), so a failure that stalls a step shows in them and an
-evaluation does not. With modelled compute a step's time is its modelled compute
-plus its measured exposed communication (``model_step_s``): the real compute of
-many workers sharing two cores does not leak into the figures.
+evaluation does not. Time lost to a failure is, over the steps that overlap it, each
+step's excess over the same run's healthy median step (a step faster than it counts
+0: the loss can never be negative, whatever the noise). With modelled compute a step's
+time is its modelled compute plus its measured exposed communication
+(``model_step_s``): the real compute of many workers sharing two cores does not leak
+into the figures. ``aggregate`` turns repetitions into a median and a spread.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def summarize(records: list[Mapping[str, Any]], label: str, rep: int = 0,
         exposed_comm_ms_median=_ms(statistics.median(r["exposed_comm_s"] for r in steps)),
         failure_step_ms_median=_ms(statistics.median(r[key] for r in hit)) if hit else None,
         failure_step_ms_max=_ms(max(r[key] for r in hit)) if hit else None,
-        failure_lost_s=(round(sum(r[key] - med for r in hit), 4)
+        failure_lost_s=(round(sum(max(0.0, r[key] - med) for r in hit), 4)
                         if hit and med is not None else None),
         delivered_min=min(r.get("delivered", 1.0) for r in steps),
         **_per_kind(steps, windows, med, key),
@@ -67,6 +70,13 @@ def summarize(records: list[Mapping[str, Any]], label: str, rep: int = 0,
     )
     if any(r.get("tolerance") is not None for r in steps):  # bounded-loss (DBLP) rounds
         out["tolerance_zero_rounds"] = sum(1 for r in steps if r.get("tolerance") == 0)
+    bursts = [e for e in events if e.get("kind") == "microburst"
+              and e.get("action") in ("restore", "restore_at_stop")
+              and e.get("target_drops") is not None]
+    if bursts:
+        # A burst that dropped nothing at its target was a delay spike, not a loss event.
+        out["burst_drops"] = sum(e["target_drops"] for e in bursts)
+        out["burst_delay_only"] = sum(1 for e in bursts if e.get("delay_only"))
     overruns = [r.get("overruns", 0) for r in _of(records, "worker_done", label, rep)]
     if overruns:
         out["compute_overruns"] = sum(overruns)  # modelled compute: steps whose real compute
@@ -94,7 +104,7 @@ def _per_kind(steps: list[dict], windows: list, healthy: float | None,
     for kind in dict.fromkeys(w.kind for w in windows):
         hit = [r for r in steps if any(w.kind == kind and w.overlaps(r) for w in windows)]
         out[f"{kind}_worst_ms"] = _ms(max(r[key] for r in hit)) if hit else None
-        out[f"{kind}_lost_s"] = (round(sum(r[key] - healthy for r in hit), 4)
+        out[f"{kind}_lost_s"] = (round(sum(max(0.0, r[key] - healthy) for r in hit), 4)
                                  if hit and healthy is not None else None)
     return out
 
@@ -115,3 +125,42 @@ def summarize_workload(records: list[Mapping[str, Any]], label: str, rep: int,
     """``summarize`` with the metric and target of ``workload`` (a WorkloadConfig)."""
     metric, target, higher = target_of(workload)
     return summarize(records, label, rep, metric, target, higher_is_better=higher)
+
+
+def aggregate(summaries: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per label, every numeric figure over its repetitions: ``{"median", "lo", "hi",
+    "n"}`` (lo..hi is the spread: the smallest and largest repetition)."""
+    by_label: dict[str, list[Mapping[str, Any]]] = {}
+    for s in summaries:
+        by_label.setdefault(str(s.get("label")), []).append(s)
+    out: dict[str, dict[str, Any]] = {}
+    for label, runs in by_label.items():
+        figures: dict[str, Any] = {"reps": len(runs)}
+        keys = dict.fromkeys(k for r in runs for k in r)
+        for k in keys:
+            vals = [r.get(k) for r in runs]
+            nums = [v for v in vals if isinstance(v, int | float) and not isinstance(v, bool)]
+            if k in ("label", "rep") or not nums:
+                continue
+            figures[k] = {"median": statistics.median(nums), "lo": min(nums),
+                          "hi": max(nums), "n": len(nums)}
+        out[label] = figures
+    return out
+
+
+def beyond_spread(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Whether two aggregated figures differ by more than their spread: their
+    repetitions' ranges do not overlap (a difference inside the spread is noise)."""
+    if not a or not b:
+        return False
+    return a["hi"] < b["lo"] or b["hi"] < a["lo"]
+
+
+def spread_cell(fig: Mapping[str, Any] | None, digits: int = 1) -> str | None:
+    """``median [lo-hi]`` for a table (the median alone for one repetition)."""
+    if not fig:
+        return None
+    med = f"{fig['median']:.{digits}f}"
+    if fig.get("n", 1) < 2:
+        return med
+    return f"{med} [{fig['lo']:.{digits}f}-{fig['hi']:.{digits}f}]"

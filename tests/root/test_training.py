@@ -3,6 +3,7 @@ data-parallel training equal to one process, crashes and Ctrl-C end cleanly."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -144,9 +145,9 @@ def test_a_crashing_worker_ends_the_run_with_its_traceback(fab, tmp_path, monkey
 
     orig = runner.worker_configs
 
-    def crashing(exp, seed, compute_ms):
-        cfgs = orig(exp, seed, compute_ms)
-        cfgs[1]["inject_error_at_step"] = 3
+    def crashing(exp, seed, compute_ms, first_gate=None):
+        cfgs = orig(exp, seed, compute_ms, first_gate)
+        cfgs[1] = dataclasses.replace(cfgs[1], inject_error_at_step=3)
         return cfgs
 
     monkeypatch.setattr(runner, "worker_configs", crashing)
@@ -163,6 +164,87 @@ def test_a_crashing_worker_ends_the_run_with_its_traceback(fab, tmp_path, monkey
         pids = subprocess.run(["ip", "netns", "pids", fab.netns(h)], capture_output=True,
                               text=True).stdout.split()
         assert len(pids) <= 1, (h, pids)  # only the namespace's own shell
+
+
+def _by_step_exp(transport: str, events: list[dict], **top) -> experiment.Experiment:
+    pipeline = transport.endswith("_pipeline")
+    workload = ({"kind": "pipeline", "microbatches": 2} if pipeline else {})
+    return experiment.parse({
+        "name": "gates", "seed": 3, **top,
+        "fabric": {"planes": 2, "spines": 2, "leaves": 2, "hosts_per_leaf": 2},
+        "transport": {"name": transport.removesuffix("_pipeline")},
+        "workload": {"model": "digits_cnn", "workers": 2, "hosts": ["h0", "h2"], "steps": 9,
+                     "batch_size": 32, "eval_every": 4, **workload},
+        "event": events})
+
+
+DEGRADE = {"do": "degrade_link", "link": "p0l1-p0s1", "rate_mbit": 50.0}
+UNDEGRADE = {"do": "restore", "what": "degrade_link", "link": "p0l1-p0s1", "rate_mbit": 50.0}
+
+
+@pytest.mark.parametrize("transport", ["mrc", "rc", "dblp", "gloo", "mrc_pipeline"])
+def test_a_failure_at_step_k_fires_before_step_k_plus_1_on_every_rank(fab, tmp_path,
+                                                                       transport):
+    """at_step = k: every rank finished step k (and its evaluation) before the failure
+    was applied, and none started step k + 1 before it took effect; the wait is not in
+    the step times. MRC also cuts the busiest uplink, chosen from the training's traffic."""
+    cut = {"do": "fail_busiest_uplink", "leaf": "p0l0,p1l0"}
+    events = [{"at_step": 2, **DEGRADE}, {"at_step": 5, **UNDEGRADE}]
+    if transport == "mrc":  # the others' ECMP has no control plane here to reroute a cut
+        events = [{"at_step": 2, **DEGRADE}, {"at_step": 3, **cut},
+                  {"at_step": 5, **UNDEGRADE}, {"at_step": 5, "do": "restore",
+                                                "what": "fail_busiest_uplink",
+                                                "leaf": "p0l0,p1l0"}]
+    exp = _by_step_exp(transport, events)
+    with ResultsWriter(tmp_path, label=transport) as w:
+        out = run_on_fabric(fab, exp, 0, w, transport, say=lambda m: None, timeout_s=300)
+    assert out.ok, out.error
+    recs = read_jsonl(tmp_path / "results.jsonl")
+    steps = {(r["rank"], r["step"]): r for r in recs if r["type"] == "step"}
+    jobs = {r["step"]: r for r in recs if r["type"] == "job_step"}
+    evs = [r for r in recs if r["type"] == "event"]
+    assert len(steps) == 2 * 9 and sorted(jobs) == list(range(9))
+    assert [(e["action"], e["at_step"], e["step"]) for e in evs] == [
+        (e.get("what") and "restore" or "apply", e["at_step"], e["at_step"]) for e in events]
+    for e in evs:
+        assert "error" not in e, e
+        k = e["step"]
+        for rank in (0, 1):
+            done, nxt = steps[(rank, k)], steps[(rank, k + 1)]
+            t0 = done["end"] - done["t_s"]  # the common start (t_s counts from it)
+            assert done["end"] - t0 <= e["fired"] + 1e-6, (rank, e)
+            assert nxt["start"] - t0 >= e["applied"] - 1e-6, (rank, e)
+        # the gate is in no step time: step k + 1 counts from its last rank's start
+        last_start = max(steps[(rank, k + 1)]["start"] for rank in (0, 1))
+        assert jobs[k + 1]["step_s"] == pytest.approx(
+            max(steps[(rank, k + 1)]["end"] for rank in (0, 1)) - last_start, abs=1e-5)
+    if transport == "mrc":
+        cut_rec = next(e for e in evs if e["kind"] == "busiest_uplink_down")
+        assert cut_rec["chosen_rx_packets"] > 0 and cut_rec["chosen"].startswith(("p0l0",
+                                                                                  "p1l0"))
+
+
+def test_events_in_modelled_time_fire_at_a_step_boundary(fab, tmp_path):
+    """clock = "modelled": an event at t fires at the first step boundary whose training
+    time reached t, with every rank held there."""
+    # 10 ms of modelled compute per step: the training clock passes 0.045 s in step 4
+    exp = _by_step_exp("mrc", [{"at": 0.0, **DEGRADE}, {"at": 0.045, **UNDEGRADE}],
+                       clock="modelled")
+    exp = experiment.with_overrides(exp, {"workload.compute": "modelled",
+                                          "workload.compute_ms": 10.0})
+    with ResultsWriter(tmp_path, label="mrc") as w:
+        out = run_on_fabric(fab, exp, 0, w, "mrc", say=lambda m: None, compute_ms=10.0,
+                            timeout_s=300)
+    assert out.ok, out.error
+    recs = read_jsonl(tmp_path / "results.jsonl")
+    jobs = {r["step"]: r for r in recs if r["type"] == "job_step"}
+    first, second = [r for r in recs if r["type"] == "event"]
+    assert first["step"] == -1 and first["train_s"] == 0.0  # before step 0
+    k = second["step"]
+    clock = [sum(jobs[i]["model_step_s"] for i in range(j + 1)) for j in range(9)]
+    assert k <= 4 and clock[k] >= 0.045 and (k == 0 or clock[k - 1] < 0.045)
+    assert second["train_s"] == pytest.approx(clock[k], abs=1e-5)
+    assert 0 <= second["late_ms"] <= jobs[k]["model_step_s"] * 1000 + 1e-3
 
 
 def test_experiment_errors_fail_before_anything_is_built(tmp_path):

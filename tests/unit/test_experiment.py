@@ -358,3 +358,76 @@ def test_parse_override():
         "transport.dblp.lr_scaling", False)
     with pytest.raises(EmuError, match="KEY=VALUE"):
         ex.parse_override("workload.steps")
+
+
+# --- scheduling by step, the clock, overruns ------------------------------------------------
+
+CUT = {"do": "fail_link", "link": "p0l0-p0s1"}
+UNCUT = {"do": "restore", "what": "fail_link", "link": "p0l0-p0s1"}
+
+
+def test_events_by_step():
+    exp = ex.parse(doc(event=[{"at_step": 3, **CUT}, {"at_step": 8, **UNCUT}]))
+    assert [(ev.at, ev.step) for ev in exp.events] == [(None, 3), (None, 8)]
+    assert exp.timeline().by_step and exp.clock == "wall"
+    rec = exp.as_record()
+    assert rec["events"][0]["at_step"] == 3 and "at" not in rec["events"][0]
+    assert rec["clock"] == "wall"
+    json.dumps(rec)
+
+
+@pytest.mark.parametrize("events, needles", [
+    ([{"at_step": -1, **CUT}], ["event[0].at_step = -1 is invalid", "integer >= 0"]),
+    ([{"at_step": 2.0, **CUT}], ["event[0].at_step = 2.0 is invalid"]),
+    ([{"at_step": True, **CUT}], ["event[0].at_step = True is invalid"]),
+    # workload.steps = 10: boundaries after steps 0 .. 8
+    ([{"at_step": 9, **CUT}], ["event[0].at_step = 9 is invalid", "[0, 8]",
+                               "workload.steps = 10"]),
+    ([{"at_step": 2, **CUT}, {"at_step": 12, **UNCUT}], ["event[1].at_step = 12 is invalid"]),
+    ([{"at_step": 2, "at": 1.0, **CUT}],
+     ["event[0].at_step is not allowed together with event[0].at"]),
+    ([{"at_step": 2, **CUT}, {"at": 5.0, **UNCUT}], ["cannot be mixed"]),
+    ([{"at_step": 5, **CUT}, {"at_step": 2, **UNCUT}], ["out of order", "by step"]),
+    ([{"at_step": 2, **CUT}, {"at_step": 4, **CUT}], ["already active since step 2"]),
+])
+def test_bad_steps_name_the_key(events, needles):
+    fails(doc(event=events), *needles)
+
+
+def test_at_step_is_checked_again_when_steps_change():
+    exp = ex.parse(doc(event=[{"at_step": 7, **CUT}]))
+    with pytest.raises(EmuError, match=r"event\[0\]\.at_step = 7 is invalid.*\[0, 3\]"):
+        ex.with_overrides(exp, {"workload.steps": 5})
+    with pytest.raises(EmuError, match="a run of 1 step has no boundary"):
+        ex.with_overrides(exp, {"workload.steps": 1})
+
+
+def test_at_step_in_a_timeline_file_is_checked_against_the_steps(tmp_path):
+    f = tmp_path / "t.py"
+    f.write_text('c = fail_link("p0l0-p0s1")\ntimeline = [at_step(2, c), '
+                 'at_step(20, restore(c))]\n')
+    with pytest.raises(EmuError) as info:
+        ex.parse(doc(timeline=str(f)), "exp.toml")
+    msg = str(info.value)
+    assert msg.startswith("exp.toml: timeline = ") and "at_step=20 is invalid" in msg
+    assert "[0, 8]" in msg
+    exp = ex.parse(doc(timeline=str(f), workload__steps=30))
+    assert [ev.step for ev in exp.events] == [2, 20]
+
+
+def test_clock_key():
+    exp = ex.parse(doc(clock="modelled", event=[{"at": 0.5, **CUT}, {"at": 1.0, **UNCUT}]))
+    assert exp.clock == "modelled" and exp.as_record()["clock"] == "modelled"
+    fails(doc(clock="hours"), "clock = 'hours' is invalid", "'wall', 'modelled'")
+    fails(doc(clock="modelled", event=[{"at_step": 1, **CUT}]),
+          "clock = 'modelled' is invalid", "at_step")
+
+
+def test_allow_overruns_key():
+    exp = ex.parse(doc(workload__compute="modelled", workload__allow_overruns=True))
+    assert exp.workload.allow_overruns is True
+    assert ex.parse(doc(workload__compute="modelled")).workload.allow_overruns is False
+    fails(doc(workload__allow_overruns=True), "workload.allow_overruns",
+          "not allowed with compute = 'measured'")
+    fails(doc(workload__compute="modelled", workload__allow_overruns=1),
+          "workload.allow_overruns = 1", "true or false")

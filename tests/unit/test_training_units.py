@@ -9,7 +9,8 @@ import torch
 from workloads.fakecomm import FakeCluster
 from workloads.models import build, split_stages
 from workloads.pipeline import PipelineStage
-from workloads.runner import StepAggregator, worker_configs
+from workloads.records import StepAggregator, StepRecord
+from workloads.runner import worker_configs
 from workloads.summary import summarize
 
 
@@ -70,8 +71,10 @@ def test_pipeline_refuses_bad_microbatches():
 
 
 def _rec(rank, step, start, end, t_enter, t_exit, compute, loss=1.0, **kw):
-    return {"rank": rank, "step": step, "start": start, "end": end, "t_enter": t_enter,
-            "t_exit": t_exit, "compute_s": compute, "loss": loss, "t_s": end, **kw}
+    return StepRecord(rank=rank, step=step, start=start, end=end, t_enter=t_enter,
+                      t_exit=t_exit, compute_s=compute, loss=loss, t_s=end,
+                      comm_s=t_exit - t_enter, step_s=end - start, lr=0.1, epoch=0, bytes=0,
+                      **kw)
 
 
 def test_step_aggregator_charges_the_network_from_the_last_entry():
@@ -79,13 +82,14 @@ def test_step_aggregator_charges_the_network_from_the_last_entry():
     assert agg.add(_rec(0, 0, 0.0, 1.0, 0.2, 1.0, 0.2, loss=2.0)) is None
     # rank 1 computed until 0.6: the 0.4 s rank 0 waited is not network time
     job = agg.add(_rec(1, 0, 0.0, 1.0, 0.6, 1.0, 0.6, loss=4.0))
-    assert job["exposed_comm_s"] == pytest.approx(0.4)
-    assert job["loss"] == pytest.approx(3.0)
-    assert job["step_s"] == pytest.approx(1.0)
+    assert job.exposed_comm_s == pytest.approx(0.4)
+    assert job.loss == pytest.approx(3.0)
+    assert job.step_s == pytest.approx(1.0)
     agg.evaluated(0, 0.5)  # rank 0 evaluated for 0.5 s after step 0
     agg.add(_rec(0, 1, 1.5, 2.0, 1.7, 2.0, 0.2))
     job = agg.add(_rec(1, 1, 1.0, 2.1, 1.8, 2.1, 0.2))
-    assert job["step_s"] == pytest.approx(0.6)  # 2.1 - 1.0 - 0.5 of evaluation
+    assert job.step_s == pytest.approx(0.6)  # 2.1 - 1.0 - 0.5 of evaluation
+    assert job.train_s == pytest.approx(1.6)
 
 
 def test_summary_time_to_target_uses_training_time_and_windows():
@@ -113,27 +117,36 @@ def test_worker_configs_plan_connections_per_transport():
     exp = experiment.load("experiments/training/digits_mrc_linkcut.toml")
     spec = exp.fabric_spec()
     cfgs = worker_configs(exp, seed=1, compute_ms=None)
-    assert [c["host"] for c in cfgs] == list(exp.hosts())
+    assert [c.host for c in cfgs] == list(exp.hosts())
+    assert [c.rank for c in cfgs] == [0, 1, 2, 3] and {c.size for c in cfgs} == {4}
+    assert all(c.compute_ms is None and c.first_gate is None for c in cfgs)
     # MRC: every SRv6 path of each pair is an EV of one connection per pair
-    c01 = cfgs[0]["conns"]["1"]
-    assert len(c01) == 1 and len(c01[0]["paths"]) == len(spec.paths(cfgs[0]["host"],
-                                                                    cfgs[1]["host"]))
-    assert c01[0]["conn"] == cfgs[1]["conns"]["0"][0]["conn"]
+    c01 = cfgs[0].conns[1]
+    assert len(c01) == 1 and len(c01[0]["paths"]) == len(spec.paths(cfgs[0].host,
+                                                                    cfgs[1].host))
+    assert c01[0]["conn"] == cfgs[1].conns[0][0]["conn"]
     rc = worker_configs(experiment.with_overrides(exp, {"transport.name": "rc"}), 1, None)
-    lanes = rc[0]["conns"]["1"]
+    lanes = rc[0].conns[1]
     assert len(lanes) == spec.planes and len({c["conn"] for c in lanes}) == spec.planes
     gloo = worker_configs(experiment.with_overrides(exp, {"transport.name": "gloo"}), 1, None)
-    assert gloo[0]["conns"] == {} and gloo[0]["master_addr"] == str(spec.address(cfgs[0]["host"]))
+    assert gloo[0].conns == {} and gloo[0].master_addr == str(spec.address(cfgs[0].host))
+    # the compute model only reaches workers whose compute is modelled
+    assert worker_configs(exp, 1, 3.0)[0].compute_ms is None
+    modelled = experiment.with_overrides(exp, {"workload.compute": "modelled"})
+    assert {c.compute_ms for c in worker_configs(modelled, 1, 3.0, first_gate=7)} == {3.0}
+    assert {c.first_gate for c in worker_configs(modelled, 1, 3.0, first_gate=7)} == {7}
 
 
 def test_gradsync_bound_needs_a_norm_and_ignores_a_steady_one():
     """Round 0 has no gradient-norm signal: reliable. A steady norm afterwards never
     looks like a critical regime (no spurious lossless window)."""
-    from workloads.gradsync import DblpOptions, GradSync
+    from transports.phase import PhaseAwareConfig
+    from workloads.gradsync import GradSync
+    from workloads.records import DblpConfig
 
-    sync = GradSync("transport", 4, comm=None, dblp=DblpOptions(
-        policy="phase_aware", phase={"base": 0.1, "cap": 0.1, "critical_epochs": 0,
-                                     "window": 5, "eta": 0.5}))
+    sync = GradSync("transport", 4, comm=None, dblp=DblpConfig(
+        policy="phase_aware", phase=PhaseAwareConfig(base=0.1, cap=0.1, critical_epochs=0,
+                                                     window=5, eta=0.5)))
     whys = []
     for step in range(30):
         sync.set_signals(step, 0, 0.1)

@@ -1,0 +1,38 @@
+"""Repetitions: medians and spreads, differences beyond the spread, losses never negative."""
+
+from __future__ import annotations
+
+from workloads.summary import aggregate, beyond_spread, spread_cell, summarize
+
+
+def test_aggregate_median_and_spread_per_label():
+    runs = [{"label": "mrc", "rep": r, "healthy_step_ms": v, "note": "x", "ok": True}
+            for r, v in enumerate((10.0, 12.0, 11.0))]
+    runs += [{"label": "rc", "rep": 0, "healthy_step_ms": 20.0}]
+    agg = aggregate(runs)
+    assert agg["mrc"]["reps"] == 3
+    assert agg["mrc"]["healthy_step_ms"] == {"median": 11.0, "lo": 10.0, "hi": 12.0, "n": 3}
+    assert "note" not in agg["mrc"] and "ok" not in agg["mrc"]  # not numbers
+    assert spread_cell(agg["mrc"]["healthy_step_ms"]) == "11.0 [10.0-12.0]"
+    assert spread_cell(agg["rc"]["healthy_step_ms"]) == "20.0"
+
+
+def test_a_difference_counts_only_beyond_the_spread():
+    a = {"median": 10.0, "lo": 9.0, "hi": 11.0, "n": 3}
+    assert beyond_spread(a, {"median": 13.0, "lo": 12.0, "hi": 14.0, "n": 3})
+    assert not beyond_spread(a, {"median": 11.5, "lo": 10.5, "hi": 12.5, "n": 3})
+    assert not beyond_spread(a, None)
+
+
+def test_time_lost_is_never_negative():
+    # Steps of 10 ms, a failure window over steps that happen to be faster: no loss, not
+    # a negative one.
+    steps = [{"type": "job_step", "label": "x", "rep": 0, "step": i, "t_s": 0.01 * (i + 1),
+              "step_s": 0.010 if i < 5 else 0.008, "compute_s": 0.005,
+              "exposed_comm_s": 0.003} for i in range(10)]
+    event = [{"type": "event", "label": "x", "rep": 0, "action": "apply", "kind": "fail_link",
+              "link": "a-b", "t_s": 0.061, "fired": 0.061},
+             {"type": "event", "label": "x", "rep": 0, "action": "restore",
+              "kind": "fail_link", "link": "a-b", "t_s": 0.095, "fired": 0.095}]
+    s = summarize(steps + event, "x", 0)
+    assert s["failure_lost_s"] == 0.0
