@@ -35,7 +35,7 @@ from emu.kernel import CTRL_TCLASS
 from emu.srv6 import IPV6_RTHDR, srh_bytes
 from transports.api import Completion, Core
 from transports.rto import HostDelay
-from transports.wire import DATA, UDP_PORT
+from transports.wire import DATA, FLAG_TAIL, UDP_PORT
 
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
 RX_BATCH = 64  # datagrams read per wake-up before timers are served
@@ -119,10 +119,11 @@ class HostSockets:
 
     @staticmethod
     def send(conn: Conn, txs: list) -> None:
-        """Send a core's datagrams on their EVs' sockets (control ones in the EF class)."""
+        """Send a core's datagrams on their EVs' sockets (control ones in the EF class, but
+        MRC's tail probes, which queue as data)."""
         for ev, data in txs:
             try:
-                if data[1] == DATA:
+                if data[1] == DATA or data[3] & FLAG_TAIL:  # a tail probe queues as data
                     conn.ev_socks[ev].sendto(data, conn.peer)
                     conn.sent_per_ev[ev] += 1
                 else:  # ACK, NACK, probes: the switches' priority class

@@ -129,7 +129,7 @@ class FakeNet:
         self._max_same = max_events_per_instant
         self.events = 0
         # tests: ``tamper(rec, data)`` sees every datagram put on the wire and may return
-        # other bytes (a corrupted copy) to carry instead; None keeps it unchanged
+        # other bytes (a corrupted copy) to carry instead, or b"" to lose it; None keeps it
         self.tamper: Callable[[Rec, bytes], bytes | None] | None = None
 
     # ---- building -------------------------------------------------------------------------
@@ -262,7 +262,12 @@ class FakeNet:
                 rec = Rec(now, src, dst, ev, -1, 0, -1, size)
             self.log.append(rec)
             if self.tamper is not None:
-                data = self.tamper(rec, data) or data
+                t = self.tamper(rec, data)
+                if t is not None:
+                    if not t:  # b"": the datagram is lost
+                        rec.fate = "tampered"
+                        continue
+                    data = t
             if not 0 <= ev < len(dirs):
                 rec.fate = "bad_ev"
                 continue

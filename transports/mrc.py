@@ -24,9 +24,11 @@ Loss detection, blame and timeouts (transports/mrcloss.py): A (a later packet on
 the same EV acknowledged), B (``dupthresh`` later transmissions acknowledged, with
 RACK timing), C (per-packet RTO, with a floor in RTTs). A loss is blamed on its EV
 (which is retired) only when a transmission sent after it got through; an RTO
-without that evidence is *silent*: the packet and the newest one out are resent,
-nothing else. Spurious retransmissions are counted and a wrong blame is undone
-(Eifel-style).
+without that evidence is *silent*: nothing is resent yet, a tail probe (a PROBE
+with FLAG_TAIL, queued as data) goes after the packet on another EV, and its answer,
+a full ACK, tells whether the packet got through (then nothing is resent) or not
+(then it is lost: the probe is the transmission after it that got through).
+Spurious retransmissions are counted and a wrong blame is undone (Eifel-style).
 
 Per-EV states (transports/evstate.py): GOOD (carries data), ASSUMED_BAD (retired
 after a loss blamed on it; probed with PROBE packets, ``probe_min``..``probe_max``
@@ -72,6 +74,7 @@ from transports.wire import (
     FLAG_LAST,
     FLAG_RETX,
     FLAG_SACK,
+    FLAG_TAIL,
     HEADER_LEN,
     PROBE,
     PROBE_ACK,
@@ -149,6 +152,8 @@ class MrcCore(LossDetection, MessageCore):
         self.retxq: deque[int] = deque()
         self.forced: set[int] = set()  # silent-RTO retransmissions: sent whatever the window
         self.silent_ev = -1  # the EV the last of them went on (they take turns)
+        self.tail_due: list[int] = []  # PSNs of silent RTOs whose tail probe is due
+        self.tail_probes: dict[int, tuple[int, float, int]] = {}  # ts -> seq, sent, PSN
         self.bytes_in_flight = 0
         self.tx_seq = 0
         self.tx_ts = 0  # the last DATA timestamp: each is unique, so an ACK names one copy
@@ -211,6 +216,8 @@ class MrcCore(LossDetection, MessageCore):
             out.append(self.rcv.make_ack(now))
         if self._expire(now):  # the connection failed
             return out
+        if self.tail_due:
+            self._send_tail_probes(now, out)
         self._send_probes(now, out)
         self._pump(now, out)
         return out
@@ -344,13 +351,16 @@ class MrcCore(LossDetection, MessageCore):
         self.cc.on_ack(newly, rtt, now, h.ev)
         if rtt is not None:
             self._new_floor()
+        tail = self.tail_probes.pop(ts_echo, None) if self.tail_probes and ts_echo else None
+        if tail is not None:
+            self._on_tail_answer(tail, now)
         if rtt is not None:
             # the selector's congestion signal: above the EV's base plus the delay target
             # *and* worse than the EVs on average (a uniformly loaded fabric should not
             # penalise anyone)
             self.congested[h.ev] = rtt > max(self.cc.rtt_ref(h.ev),
                                              self.srtt.srtt + self.srtt.rttvar)
-        if touched:
+        if touched or tail is not None:
             self._detect_losses(now, touched)
         self._pump(now, out)
 
@@ -394,6 +404,32 @@ class MrcCore(LossDetection, MessageCore):
             pack_header(buf, PROBE, FLAG_ACK_REQ, self.conn, seq, 0, 0, 0, ev, 0, _ns(now))
             out.append((ev, buf))
             self.stats["tx_probe"] += 1
+
+    def _send_tail_probes(self, now: float, out: list[Tx]) -> None:
+        """Tail probes per silent RTO: transmissions after the packet (each its own
+        ``seq`` and unique ``ts``), on the next two EVs in turn (two chances against a
+        lost probe or answer, as two resends would have), queued as data, each answered
+        at once by a full ACK that echoes its ``ts`` (transports/mrcrx.py)."""
+        probes = self.tail_probes
+        copies = min(2, len(self.paths.active))
+        for psn in self.tail_due:
+            p = self.inflight.get(psn)
+            if p is None or p.lost:
+                continue
+            for _ in range(copies):
+                self.tx_seq += 1
+                ts = max(_ns(now), self.tx_ts + 1)
+                self.tx_ts = ts
+                ev = self._next_silent_ev(p.ev)
+                buf = bytearray(HEADER_LEN)
+                pack_header(buf, PROBE, FLAG_ACK_REQ | FLAG_TAIL, self.conn, psn, 0, 0, 0, ev,
+                            0, ts)
+                out.append((ev, buf))
+                probes[ts] = (self.tx_seq, now, psn)
+                self.stats["tx_tail_probe"] += 1
+            while len(probes) > 1024:  # unanswered ones (lost, or the peer is gone)
+                del probes[next(iter(probes))]
+        self.tail_due.clear()
 
     def _on_probe_ack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         ev = h.ev
@@ -524,6 +560,8 @@ class MrcCore(LossDetection, MessageCore):
         self.inflight.clear()
         self.retxq.clear()
         self.forced.clear()
+        self.tail_due.clear()
+        self.tail_probes.clear()
         self.rto_heap.clear()
         self.order.clear()
         for q in self.ev_q:

@@ -32,14 +32,21 @@ declared lost: after B those that B's timing condemns (without ``dupthresh``),
 after a blamed RTO all of them; a blamed RTO also quick-adapts the window.
 
 Without that evidence (every EV silent since the packet was sent: a delay spike at
-the receiver's port that every EV crosses, a lost tail, or the peer gone) an RTO is
-**silent** (``rto_silent``): the packet is resent at once, past the window, with
-FLAG_ACK_REQ, on the next active EV in turn (no path is suspected more than
-another), and so are the newest packet still out (an ACK for either tells
-everything the receiver has: two chances against a lost ACK) and the first packet
-already declared lost and waiting for the window, if any (the window may be held by
-packets whose ACKs were lost); every other timer backs off (a strike); nothing else
-happens: no EV retired, nothing flushed, the window kept. A FIFO queue that every EV
+the receiver's port that every EV crosses, a lost tail, a lost ACK, or the peer
+gone) an RTO is **silent** (``rto_silent``) and nothing is resent yet: a tail probe
+(``tx_tail_probe``: a PROBE with FLAG_TAIL and FLAG_ACK_REQ, no payload) goes on the
+next active EV in turn (no path is suspected more than another) in the data class,
+so it queues behind whatever is ahead of it at the receiver's port, and the
+receiver answers it at once with a full ACK (cumulative and SACK) echoing its
+timestamp. The probe is a transmission sent after the packet: if its answer comes
+and the packet is still unacknowledged, the packet is lost (``loss_tail_probe``)
+and resent; if the packet was only queued, it arrived first and that answer
+acknowledges it; if an ACK was lost, the answer carries what it did. The first
+packet already declared lost and waiting for the window, if any, is sent past the
+window (the window may be held by packets whose ACKs were lost); every timer backs
+off (a strike); nothing else happens: no EV retired, nothing flushed, the window
+kept. A lost tail costs one probe round trip more than a resend at the RTO would;
+a delay spike costs a header-sized probe instead of duplicate data. A FIFO queue that every EV
 crosses delivers in send order, so nothing sent later can get through first: a
 common-mode delay never blames an EV however long it lasts (where the paths before
 the queue differ by more than a packet's spacing, a later packet can overtake and
@@ -75,6 +82,8 @@ from transports.wire import HEADER_LEN
 if TYPE_CHECKING:
     from transports.message import SentPacket
 
+INF = float("inf")
+
 
 class LossDetection:
     """Rules A, B and C, blame, flush and undo of ``MrcCore`` (see the module docstring)."""
@@ -100,24 +109,16 @@ class LossDetection:
             if self.hi_seq > p.seq:  # something sent after it got through: its path lost it
                 self._lose(p, now, TIMEOUT, "loss_rto")
                 blamed.append(psn)
-            else:  # silent since it was sent: resent, nothing else (common-mode delay?)
-                retxq = self.retxq
-                if retxq:  # a known loss waiting for the window goes too (ACKs may be lost)
-                    self.forced.add(retxq[0])
-                last = self._newest_out(p)
-                self._requeue(p, avoid=False)
-                retxq.pop()
-                retxq.appendleft(psn)  # first, and past a window that silence keeps full
-                self.forced.add(psn)
-                if last is not None:  # and the newest packet out: two chances for an ACK
-                    self._requeue(last, avoid=False)
-                    retxq.pop()
-                    retxq.insert(1, last.psn)
-                    self.forced.add(last.psn)
+            else:  # silent since it was sent: probe behind it (common-mode delay?)
+                if self.retxq:  # a known loss waiting for the window goes (ACKs may be lost)
+                    self.forced.add(self.retxq[0])
+                self.tail_due.append(psn)
                 self.stats["rto_silent"] += 1
-                # one round of probes per silent RTO: every other timer backs off now
+                # one probe per silent RTO: every timer backs off now, this one's too
                 self.strikes += 1
                 self.strike_until = now + 0.5 * self._rto_any()
+                again = min(self.cfg.rto_max, self._rto(p.ev) * (1 << self.strikes))
+                heapq.heappush(heap, (now + again, seq, psn))
         if blamed:
             before = self.cc.on_timeout(now)
             if before is not None:
@@ -211,14 +212,20 @@ class LossDetection:
         return (p.seq < self.hi_seq and age > self._loss_bound(p.ev)
                 and age > self.hi_rtt + self._reo_wnd(p.ev))
 
-    def _newest_out(self, p: SentPacket) -> SentPacket | None:
-        """The most recently sent packet still in flight other than ``p`` (None if none)."""
-        inflight = self.inflight
-        for seq, psn in reversed(self.order):
-            q = inflight.get(psn)
-            if q is not None and q.seq == seq and not q.lost and q is not p:
-                return q
-        return None
+    def _on_tail_answer(self, probe: tuple[int, float, int], now: float) -> None:
+        """The full ACK answering a tail probe (sent after the silent packet ``psn``) has
+        been processed: the probe got through, so it is evidence like any later
+        transmission acknowledged, the packet, if still unacknowledged, is lost, and the
+        peer is there (strikes end)."""
+        seq, sent, psn = probe
+        self.stats["tail_answered"] += 1
+        self.strikes = 0  # the peer answers: the retry budget is for one that does not
+        self.strike_until = -INF
+        if seq > self.hi_seq:
+            self.hi_seq, self.hi_rtt = seq, now - sent
+        p = self.inflight.get(psn)
+        if p is not None and not p.lost and p.seq < seq:
+            self._lose(p, now, NACK, "loss_tail_probe")
 
     def _live_head(self, q: deque) -> SentPacket | None:
         """The oldest packet of a (seq, psn) queue still in flight; stale entries are dropped."""

@@ -21,7 +21,15 @@ from collections import Counter
 from transports import wire
 from transports.api import Tx
 from transports.message import DROPPED, IntervalSet, Reassembly
-from transports.wire import ACK, FLAG_ACK_REQ, FLAG_SACK, HEADER_LEN, PROBE_ACK, pack_header
+from transports.wire import (
+    ACK,
+    FLAG_ACK_REQ,
+    FLAG_SACK,
+    FLAG_TAIL,
+    HEADER_LEN,
+    PROBE_ACK,
+    pack_header,
+)
 
 INF = float("inf")
 
@@ -103,6 +111,11 @@ class MrcReceiver:
         return (self.last_ev, buf)
 
     def on_probe(self, h: wire.Header, now: float, out: list[Tx]) -> None:
+        if h.flags & FLAG_TAIL:  # after a silent RTO: everything this end has, at once
+            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
+            out.append(self.make_ack(now))
+            self.stats["rx_tail_probe"] += 1
+            return
         buf = bytearray(HEADER_LEN)
         pack_header(buf, PROBE_ACK, 0, self.conn, h.psn, 0, 0, 0, h.ev, 0, _ns(now), h.ts)
         out.append((h.ev, buf))

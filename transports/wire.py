@@ -52,6 +52,7 @@ FLAG_ACK_REQ = 0x0008  # receiver should ack at once (end of a burst, a probe)
 FLAG_CLOSE = 0x0010  # the sender ends the connection
 FLAG_STOP = 0x0020  # ACK, receiver -> sender: stop sending ``msg`` (DBLP); payload: bitmap
 FLAG_STOP_OK = 0x0040  # ACK, sender -> receiver: ``msg`` abandoned; PSNs [psn, offset) never resent
+FLAG_TAIL = 0x0080  # PROBE in the data class after a silent RTO: answered by a full ACK (MRC)
 
 MAX_PAYLOAD = 9000 - 40 - 8 - HEADER_LEN - 64  # jumbo MTU minus IPv6, UDP, header, SRH room
 

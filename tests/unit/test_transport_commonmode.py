@@ -85,7 +85,7 @@ def test_dead_path_is_retired_and_only_it():
 def one_packet(cls, cfg, lose_first):
     """One 100-byte message over one 5 ms path, an RTO of 1 ms (no RTT sample yet): the
     first copy arrives at 6 ms (or is lost), its ACK at 11 ms; RTOs fire at 2, 4 and 8 ms
-    (doubling) and resend it, the copies arriving at 7, 9 and 13 ms."""
+    (doubling). Returns the net, both ends and when DATA was sent (ms)."""
     a, b = (cls(3, 1, cfg, 1), cls(3, 1, cfg, 2)) if cls is MrcCore else (cls(3, cfg, 1),
                                                                           cls(3, cfg, 2))
     net = FakeNet(1)
@@ -97,26 +97,37 @@ def one_packet(cls, cfg, lose_first):
     net.post_recv("b", 1, buf)
     net.post_send("a", 1, bytes(range(100)))
     net.run(30 * MS)
-    sent = [round(r.t / MS, 6) for r in net.sent("a", kind=wire.DATA)]
-    assert sent == [1, 2, 4, 8] and buf == bytes(range(100))
-    return net, a, b
+    assert buf == bytes(range(100))
+    return net, a, b, [round(r.t / MS, 6) for r in net.sent("a", kind=wire.DATA)]
 
 
-@pytest.mark.parametrize("cls,cfg", [(MrcCore, MrcConfig(rto_init=1 * MS, rto_min=0.2 * MS)),
-                                     (RcCore, RcConfig(rto_init=1 * MS, rto_min=0.2 * MS))])
-def test_spurious_retransmissions_counted_exactly(cls, cfg):
-    net, a, b = one_packet(cls, cfg, lose_first=False)
+def test_rc_spurious_retransmissions_counted_exactly():
+    cfg = RcConfig(rto_init=1 * MS, rto_min=0.2 * MS)
+    net, a, b, sent = one_packet(RcCore, cfg, lose_first=False)
     # the first copy was only late: all three resends were duplicates at the receiver
-    assert a.stats["tx_retx"] == 3
+    assert sent == [1, 2, 4, 8] and a.stats["tx_retx"] == 3
     assert a.stats["tx_retx_spurious"] == b.stats["dup_data"] == 3
     assert net.done["a"][0].t == pytest.approx(11 * MS)
-    if cls is MrcCore:
-        assert a.stats["rto_silent"] == 3 and a.stats["ev_retired"] == 0
     # the first copy lost: the first resend was needed, the next two were not
-    net, a, b = one_packet(cls, cfg, lose_first=True)
-    assert a.stats["tx_retx"] == 3
+    net, a, b, sent = one_packet(RcCore, cfg, lose_first=True)
+    assert sent == [1, 2, 4, 8] and a.stats["tx_retx"] == 3
     assert a.stats["tx_retx_spurious"] == b.stats["dup_data"] == 2
     assert net.done["a"][0].t == pytest.approx(12 * MS)
+
+
+def test_mrc_silent_rtos_probe_instead_of_resending():
+    cfg = MrcConfig(rto_init=1 * MS, rto_min=0.2 * MS)
+    net, a, b, sent = one_packet(MrcCore, cfg, lose_first=False)
+    # only late: the tail probes at 2 and 4 ms arrive after it (FIFO); nothing resent
+    assert sent == [1] and a.stats["rto_silent"] >= 2 and a.stats["tx_tail_probe"] >= 2
+    assert a.stats["tx_retx"] == a.stats["tx_retx_spurious"] == b.stats["dup_data"] == 0
+    assert net.done["a"][0].t == pytest.approx(11 * MS) and a.stats["ev_retired"] == 0
+    # lost: the answer to the 2 ms probe (at 12 ms) shows it missing: resent once, acked
+    # at 22 ms, one round trip later than a resend at the RTO would have been
+    net, a, b, sent = one_packet(MrcCore, cfg, lose_first=True)
+    assert sent == [1, 12] and a.stats["loss_tail_probe"] == 1
+    assert a.stats["tx_retx"] == 1 and a.stats["tx_retx_spurious"] == b.stats["dup_data"] == 0
+    assert net.done["a"][0].t == pytest.approx(22 * MS)
 
 
 def test_a_late_path_blamed_for_a_loss_is_readmitted_by_its_own_ack():
