@@ -21,7 +21,7 @@ figures reported as median and spread:
    final loss of each.
 
 Compute is modelled: padded to the real compute's p99 measured on the fabric under
-contention (x 1.25), and a run whose overruns exceed 5 % of its steps is refused.
+contention (x 2), and a run whose overruns exceed 5 % of its steps is refused.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
     compute_ms = 20.0              # modelled only, optional (> 0): absent = calibrated on the
                                    # fabric before the runs, as in the run (a short run with
                                    # measured compute over each variant's transport: the
-                                   # 99th percentile of the ranks' forward + backward x 1.25;
+                                   # 99th percentile of the ranks' forward + backward x 2;
                                    # workloads/runner.py); pipelines: required, one
                                    # microbatch's forward + backward on one stage
     allow_overruns = false         # modelled only: false; a run in which the real compute

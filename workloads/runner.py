@@ -23,7 +23,7 @@ Modelled compute (``compute = "modelled"``) must dominate the real compute, or s
 times hide what the shared cores add. Without ``compute_ms`` the model is calibrated
 on the fabric, as in the run (every rank computing at once, its transport engine
 and the exchanges sharing the cores): a short run of each variant's transport with
-measured compute, the 99th percentile of the ranks' forward + backward times x 1.25
+measured compute, the 99th percentile of the ranks' forward + backward times x 2
 (:func:`calibrate_compute`; a separate process measuring alone, or several at once,
 misses the engines and came out far below the run's tail). Each run reports its
 overrun fraction (job steps in which some rank's real compute overran the model,
@@ -83,7 +83,7 @@ OVERRUN_LIMIT = 0.05  # the largest fraction of overrun steps a run may have by 
 # The model pads to this percentile of the compute times measured in a calibration run,
 # times a margin: a job step overruns when any of its ranks does, so each rank's tail counts.
 COMPUTE_QUANTILE = 99
-COMPUTE_MARGIN = 1.25
+COMPUTE_MARGIN = 2.0  # x 1.25 let 6-12 % of job steps overrun on a noisy 2-core machine
 CALIBRATION_STEPS = 60
 WARMUP_STEPS = 2  # first iterations (allocations, DDP's bucket rebuild) left out
 RESUME_S = 0.005  # from a gate's release to the common instant the ranks resume at
@@ -175,7 +175,7 @@ def calibrate_compute(fab: Fabric, exps: Sequence[Experiment], say: Say = print,
     measured as in the run: a short run of each one's transport on ``fab`` with measured
     compute (same workers, hosts and batch; no events), each rank's real forward +
     backward of every step after WARMUP_STEPS; the model pads to their 99th percentile
-    x 1.25. Nothing of these runs goes into the results."""
+    x 2. Nothing of these runs goes into the results."""
     from workloads.experiment import with_overrides
 
     samples: list[float] = []
