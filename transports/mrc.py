@@ -37,11 +37,14 @@ DENIED (``deny(ev)``, by a controller; ``allow(ev)`` makes it ASSUMED_BAD and
 probes it). At least ``min(ev_min_active, EVs not denied)`` EVs stay GOOD.
 Changes are listed by ``ev_changes()``.
 
-Peer gone. Each RTO without new data acknowledged since (a silent one, or a round
-of blamed ones) is a strike and doubles every RTO; more than ``max_retries``
-strikes fail the connection: every pending send and posted receive completes with
-ok=False and an error, and later sends fail at once. Worst case before failing:
-about rto * (2 ** (max_retries + 1)), capped per round by rto_max. If every EV is
+Peer gone. Each RTO without new data acknowledged or a tail probe answered since (a
+silent one, or a round of blamed ones) is a strike and doubles every RTO. More than
+``max_retries`` strikes, the first at least ``give_up_s`` ago, fail the connection
+(a time budget as a RoCE QP's timeout x retry_cnt: doubling RTOs from a small floor
+are spent in a fraction of a second, which a receiver behind a burst, or a host
+starved for a moment, can outlast): every pending send and posted receive completes
+with ok=False and an error, and later sends fail at once. Worst case before failing:
+about max(give_up_s, rto * (2 ** (max_retries + 1))), RTOs capped at rto_max. If every EV is
 DENIED, data waits for ``allow`` (no strikes).
 
 Malformed datagrams and protocol violations are counted in ``stats`` (a
@@ -98,7 +101,8 @@ class MrcConfig:
     rto_min: float = 250e-6  # the RTO floor's absolute part: timer granularity, ACK delay
     rto_min_rtts: float = 4.0  # ... and its part in minimum RTTs (transports/rto.py)
     rto_max: float = 0.25
-    max_retries: int = 7  # RTO rounds without progress before the connection fails
+    max_retries: int = 7  # RTO rounds without progress before the connection fails ...
+    give_up_s: float = 10.0  # ... and the least time since the first of them (as RC's)
     reorder_frac: float = 0.25
     reorder_min: float = 5e-6
     dupthresh: int = 3
@@ -120,6 +124,8 @@ class MrcConfig:
             raise ValueError("ev_min_active >= 1, max_retries >= 0, dupthresh >= 1")
         check_rto_config("MrcConfig", self.rto_init, self.rto_min, self.rto_min_rtts,
                          self.rto_max)
+        if not self.give_up_s >= 0:
+            raise ValueError(f"MrcConfig.give_up_s={self.give_up_s!r} must be >= 0 seconds")
         if not 0 < self.probe_min <= self.probe_max:
             raise ValueError("need 0 < probe_min <= probe_max")
 
@@ -163,6 +169,7 @@ class MrcCore(LossDetection, MessageCore):
         self.hi_seq = 0  # the latest-sent first transmission acknowledged (any EV) ...
         self.hi_rtt = 0.0  # ... and how long it took: what the fabric takes now (RACK)
         self.strikes = 0
+        self.strike_at = INF  # when the first strike without progress came
         self.strike_until = -INF
         self.progress_at = -INF  # the last ACK that acknowledged new data
         self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
@@ -328,6 +335,7 @@ class MrcCore(LossDetection, MessageCore):
             self.ledger.acked(psn, h.ts)
         if newly:
             self.strikes = 0
+            self.strike_at = INF
             self.strike_until = -INF
             self.progress_at = now
         else:
@@ -543,7 +551,7 @@ class MrcCore(LossDetection, MessageCore):
         self.bytes_in_flight += HEADER_LEN + n
         self.ev_q[ev].append((seq, p.psn))
         self.order.append((seq, p.psn))
-        rto = min(self.cfg.rto_max, self._rto(ev) * (1 << self.strikes))
+        rto = min(self.cfg.rto_max, self._rto(ev) * (1 << min(self.strikes, 30)))
         heapq.heappush(self.rto_heap, (now + rto, seq, p.psn))
         self.ev_tx[ev] += 1
         self.stats["tx_data_pkts"] += 1

@@ -101,7 +101,7 @@ class LossDetection:
             # until nothing sent after it is acknowledged, the RTO restarts with each ACK of
             # new data (RFC 6298): while that ACK clock runs, a queue ahead of it drains
             start = p.sent if self.hi_seq > p.seq else max(p.sent, self.progress_at)
-            later = start + min(self.cfg.rto_max, self._rto(p.ev) * (1 << self.strikes))
+            later = start + min(self.cfg.rto_max, self._rto(p.ev) * (1 << min(self.strikes, 30)))
             if later > now:  # the RTT estimate grew, or ACKs came since: wait
                 heapq.heappush(heap, (later, seq, psn))
                 continue
@@ -115,9 +115,9 @@ class LossDetection:
                 self.tail_due.append(psn)
                 self.stats["rto_silent"] += 1
                 # one probe per silent RTO: every timer backs off now, this one's too
-                self.strikes += 1
+                self._strike(now)
                 self.strike_until = now + 0.5 * self._rto_any()
-                again = min(self.cfg.rto_max, self._rto(p.ev) * (1 << self.strikes))
+                again = min(self.cfg.rto_max, self._rto(p.ev) * (1 << min(self.strikes, 30)))
                 heapq.heappush(heap, (now + again, seq, psn))
         if blamed:
             before = self.cc.on_timeout(now)
@@ -126,13 +126,20 @@ class LossDetection:
                     ev, at, _ = self.blame[psn]
                     self.blame[psn] = (ev, at, before)
             if now >= self.strike_until:  # one strike per round of blamed RTOs
-                self.strikes += 1
+                self._strike(now)
                 self.strike_until = now + 0.5 * self._rto_any()
-        if fired and self.strikes > self.cfg.max_retries:
+        if (fired and self.strikes > self.cfg.max_retries
+                and now - self.strike_at >= self.cfg.give_up_s):
             self._fail(now, f"peer unreachable: {self.strikes} retransmission timeouts "
-                            "without progress")
+                            f"without progress over {now - self.strike_at:.3g} s")
             return True
         return False
+
+    def _strike(self, now: float) -> None:
+        """One more RTO round without progress (the retry budget's count and time)."""
+        if self.strikes == 0:
+            self.strike_at = now
+        self.strikes += 1
 
     def rto_floor(self) -> float:
         """The RTO floor: ``max(rto_min, rto_min_rtts * base RTT) + host delay``
@@ -159,7 +166,7 @@ class LossDetection:
     def _rto_any(self) -> float:
         cfg = self.cfg
         return min(cfg.rto_max, self.srtt.rto(self.floor, cfg.rto_max, cfg.rto_init)
-                   * (1 << self.strikes))
+                   * (1 << min(self.strikes, 30)))
 
     def _check_spurious(self, ts: int, ev: int, ack_ts: int,
                         named: list[tuple[int, SentPacket | None]], now: float) -> None:
@@ -220,6 +227,7 @@ class LossDetection:
         seq, sent, psn = probe
         self.stats["tail_answered"] += 1
         self.strikes = 0  # the peer answers: the retry budget is for one that does not
+        self.strike_at = INF
         self.strike_until = -INF
         if seq > self.hi_seq:
             self.hi_seq, self.hi_rtt = seq, now - sent

@@ -134,8 +134,10 @@ def test_ev_min_active_keeps_paths_in_use():
     assert sum(s == EV_GOOD for s in a.state) >= 3
 
 
-def test_peer_gone_fails_pending_sends_in_bounded_time():
-    cfg = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=10e-3, max_retries=5)
+@pytest.mark.parametrize("give_up_s", [0.0, 0.5])
+def test_peer_gone_fails_pending_sends_in_bounded_time(give_up_s):
+    cfg = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=10e-3, max_retries=5,
+                    give_up_s=give_up_s)
     net, a, b = pair(seed=8, cfg=cfg)
     for ev in range(8):
         net.kill("a", "b", ev, at=30e-6)
@@ -143,7 +145,8 @@ def test_peer_gone_fails_pending_sends_in_bounded_time():
     net.post_send("a", 1, bytes(1_000_000))
     net.post_send("a", 2, bytes(10))
     t = net.run(10.0, stop=lambda: len(net.done["a"]) >= 2)
-    assert t < 0.2  # bounded by the retry budget, not the run limit
+    # bounded by the retry budget (its count, then its time), not the run limit
+    assert give_up_s <= t < give_up_s + 0.2
     assert {c.msg for c in net.done["a"]} == {1, 2}
     assert all(not c.ok and "peer unreachable" in c.error for c in net.done["a"])
     assert a.next_deadline() is None  # nothing left armed: no hang, no busy timer
@@ -280,3 +283,18 @@ def test_deterministic_for_a_seed():
         exchange(net, "a", "b", messages(13, [300_000]), until=5.0)
         return [(r.t, r.ev, r.kind, r.psn, r.fate) for r in net.log]
     assert run() == run()
+
+
+def test_outage_longer_than_the_retry_count_but_shorter_than_give_up_survives():
+    # every path dead for 0.3 s: 6 strikes of RTOs capped at 10 ms are spent in ~60 ms,
+    # but give_up_s is 1 s: the connection keeps probing and delivers every byte
+    cfg = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=10e-3, max_retries=5,
+                    give_up_s=1.0)
+    net, a, b = pair(seed=9, cfg=cfg)
+    for ev in range(8):
+        net.kill("a", "b", ev, at=0.0, until=0.3)
+    msgs = messages(9, [400_000, 10])
+    bufs = exchange(net, "a", "b", msgs, until=5.0)
+    check_all(net, msgs, bufs)
+    assert a.stats["rto_silent"] > cfg.max_retries and a.stats["conn_failed"] == 0
+
