@@ -1,24 +1,26 @@
 """One microburst sender: the child process behind ``emu.microburst.Microburst``.
 
 ``python -m emu.burst_sender ...`` runs inside one source host's namespace (started
-with ``nsenter``) so that burst timing shares no GIL with anything. It imports only
-the standard library: it starts fast, even on a busy machine.
+by ``emu.launch`` with ``nsenter``) so that burst timing shares no GIL with anything.
+It imports only the standard library and ``emu.childproto``: it starts fast, even
+on a busy machine.
 
-Protocol (one line each, on its stdin / stdout):
+Protocol (the emulator's child protocol, ``emu.childproto``; records on stdout):
 
 1. it opens its socket (bound to the host loopback, SRH pinned, connected to the
-   destination) and prints ``ready``: it is *armed*;
-2. it reads the common absolute CLOCK_MONOTONIC start instant ``t0`` from stdin (an
-   empty line or end of file: the parent gave up; it exits without sending);
+   destination) and says ``ready``: it is *armed*;
+2. it reads the ``start`` record: the common CLOCK_MONOTONIC start instant ``t0``
+   (end of file instead: the parent gave up; it exits without sending);
 3. per burst window (relative to ``t0``) it sleeps until the window opens (the last
    ``SPIN_S`` spun), sends the pre-built datagram as fast as its NIC queue takes it
    (non-blocking; on EAGAIN it counts and polls for write space, so it does not
    spin) until the window closes, then sleeps through the off-period. Right after
-   the first datagram of its first burst it prints ``started K LAG``: burst number
-   ``K`` began ``LAG`` seconds after its scheduled start (the parent reads its
-   actual start offset from this line while the pattern runs);
-4. on SIGTERM, at the end of a finite schedule, or when its parent dies, it prints
-   its counts and per-burst timing as one JSON line and exits.
+   the first datagram of its first burst it writes a ``started`` record: burst
+   number ``burst`` began ``lag`` seconds after its scheduled start (the parent
+   reads its actual start offset from it while the pattern runs);
+4. on SIGTERM or at the end of a finite schedule it writes its counts and per-burst
+   timing as one ``result`` record and exits; when its parent dies (the lifeline)
+   it is killed at once.
 
 Its send buffer holds only ``NIC_INFLIGHT`` datagrams, so the source's own NIC queue
 never overflows and a burst ends on the wire within a few frame times of its
@@ -42,12 +44,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from emu import childproto
+
 IPV6_RTHDR = 57
 HEADER = struct.Struct("!IHHI")  # magic, source index, burst number (mod 2**16), seq in burst
 MAGIC = 0x4D425354  # "MBST"
 NIC_INFLIGHT = 3  # datagrams a source may have queued at its own NIC
 SPIN_S = 0.0005  # the last part of a wait before a burst is spun, not slept
-CHUNK_S = 0.02  # longest single sleep: bounds the reaction to SIGTERM / parent death
+CHUNK_S = 0.02  # longest single sleep: bounds the reaction to SIGTERM
 MAX_RECORDS = 20000  # per-burst timing records a source keeps (the latest ones)
 FRAME_OVERHEAD = 14 + 40 + 8  # Ethernet, IPv6 and UDP headers around SRH + payload
 
@@ -98,7 +102,7 @@ class Sender:
         self.poll.register(self.sock.fileno(), select.POLLOUT)
 
     def alive(self) -> bool:
-        return not self.stopping and os.getppid() == self.a.parent
+        return not self.stopping
 
     def wait_until(self, t: float) -> bool:
         while self.alive():
@@ -112,8 +116,7 @@ class Sender:
     def _announce(self, k: int, lag: float) -> None:
         # A few microseconds into the burst: the parent learns the actual start now.
         self.started = (k, lag)
-        sys.stdout.write(f"started {k} {lag!r}\n")
-        sys.stdout.flush()
+        childproto.emit("started", burst=k, lag=lag)
 
     def burst(self, k: int, a: float, b: float) -> None:
         buf, sock, gap, poll = self.buf, self.sock, self.gap, self.poll
@@ -172,7 +175,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m emu.burst_sender",
                                 description="one microburst sender (started by Microburst)")
     p.add_argument("--index", type=int, required=True)
-    p.add_argument("--parent", type=int, required=True)
     p.add_argument("--src", required=True)
     p.add_argument("--dst", required=True)
     p.add_argument("--port", type=int, required=True)
@@ -190,6 +192,7 @@ def _cpu() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
+    childproto.die_with_parent()
     a = parse_args(argv)
     realtime = False
     if a.realtime:
@@ -204,19 +207,18 @@ def main(argv: list[str] | None = None) -> int:
         sender.stopping = True
 
     signal.signal(signal.SIGTERM, on_term)
-    print("ready", flush=True)
-    line = sys.stdin.readline()
-    fired = bool(line.strip()) and not sender.stopping
+    t0 = childproto.ready_then_start(sleep=False)
+    fired = t0 is not None and not sender.stopping
     w0, c0 = time.monotonic(), _cpu()
     try:
-        if fired:
-            sender.run(float(line), a.windows)
+        if t0 is not None and fired:
+            sender.run(t0, a.windows)
     finally:
-        print(json.dumps({
-            "fired": fired, "bursts": sender.bursts, "datagrams": sender.datagrams,
-            "eagain": sender.eagain, "errors": sender.errors, "late_skipped": sender.late,
-            "realtime": realtime, "cpu_s": _cpu() - c0, "wall_s": time.monotonic() - w0,
-            "started": sender.started, "records": sender.records}), flush=True)
+        childproto.emit(
+            "result", fired=fired, bursts=sender.bursts, datagrams=sender.datagrams,
+            eagain=sender.eagain, errors=sender.errors, late_skipped=sender.late,
+            realtime=realtime, cpu_s=_cpu() - c0, wall_s=time.monotonic() - w0,
+            started=sender.started, records=sender.records)
         sender.sock.close()
     return 0
 

@@ -15,10 +15,9 @@ e.g. ``emu.kernel.set_egress_queue``, which sets the DCI rate and buffer).
 
 The TAP devices exist exactly as long as the relay: the parent opens them (in
 their namespaces) and hands the fds to the relay, keeping no copy, so they
-vanish when the relay exits or is killed. The relay exits on ``stop()``, when
-the parent process dies (a lifeline pipe), and via PR_SET_PDEATHSIG when the
-thread that called ``start()`` exits: call ``start()`` from a thread that lives
-as long as the delay line (normally the main thread).
+vanish when the relay exits or is killed. The relay is a child of ``emu.launch``:
+it exits on ``stop()`` (end of file on its stdin) and when the parent process
+dies (its lifeline), whichever thread started it.
 """
 
 from __future__ import annotations
@@ -27,16 +26,14 @@ import fcntl
 import math
 import mmap
 import os
-import select
-import signal
 import socket
 import struct
-import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from emu import delayline_relay as _relay
+from emu.errors import EmuError
+from emu.launch import Child
 from emu.netns import entered
 
 TUNSETIFF = 0x400454CA
@@ -167,9 +164,9 @@ class DelayLine:
         self.ns_b_fd, self.ifname_b = ns_b_fd, ifname_b
         self.delay_ms, self.loss, self.seed, self.mtu = float(delay_ms), float(loss), seed, mtu
         self.queue_frames, self.spin_s, self.rt_priority = queue_frames, spin_s, rt_priority
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: Child | None = None
         self._shm: mmap.mmap | None = None
-        self._lifeline: int | None = None
+        self._stopped = False
         self._final: DelayLineStats | None = None
         self._cpu_s = 0.0
 
@@ -181,80 +178,50 @@ class DelayLine:
             raise RuntimeError("this DelayLine was already started")
         tap_a = open_tap(self.ns_a_fd, self.ifname_a, self.mtu)
         child_fds = [tap_a]
-        ready_r = -1
         try:
             tap_b = open_tap(self.ns_b_fd, self.ifname_b, self.mtu)
             child_fds.append(tap_b)
             shm_fd = os.memfd_create("sae-delayline-stats", os.MFD_CLOEXEC)
+            child_fds.append(shm_fd)
             os.ftruncate(shm_fd, _relay.STATS_BYTES)
             self._shm = mmap.mmap(shm_fd, _relay.STATS_BYTES)
-            child_fds.append(shm_fd)
-            ready_r, ready_w = os.pipe()
-            child_fds.append(ready_w)
-            life_r, life_w = os.pipe()
-            child_fds.append(life_r)
-            self._lifeline = life_w
-            cmd = [sys.executable, "-I", str(Path(_relay.__file__)),
+            cmd = [sys.executable, "-m", "emu.delayline_relay",
                    "--fd-a", str(tap_a), "--fd-b", str(tap_b),
                    "--delay", repr(self.delay_ms / 1000.0), "--loss", repr(self.loss),
                    "--seed", str(self.seed), "--slot", str(self.mtu + FRAME_HEADROOM),
                    "--slots", str(self.queue_frames), "--spin", repr(self.spin_s),
-                   "--rt-priority", str(self.rt_priority),
-                   "--stats-fd", str(shm_fd), "--ready-fd", str(ready_w),
-                   "--lifeline-fd", str(life_r), "--parent", str(os.getpid())]
-            self._proc = subprocess.Popen(cmd, pass_fds=child_fds, stdin=subprocess.DEVNULL,
-                                          close_fds=True)
+                   "--rt-priority", str(self.rt_priority), "--stats-fd", str(shm_fd)]
+            self._proc = Child(f"the delay-line relay {self.ifname_a}<->{self.ifname_b}",
+                               cmd, pass_fds=child_fds)
         except BaseException:
-            self._close_parent_ends(ready_r)
+            if self._shm is not None:
+                self._shm.close()
+                self._shm = None
             raise
         finally:
             # The relay holds the only copies now: the TAPs die with it.
             for fd in child_fds:
                 os.close(fd)
         try:
-            self._await_ready(ready_r)
-        except BaseException:
+            self._proc.wait_ready(READY_TIMEOUT_S)
+        except EmuError as e:
             self.stop()
-            raise
+            raise RuntimeError(str(e)) from None
         return self
-
-    def _close_parent_ends(self, ready_r: int) -> None:
-        """Undo a start that failed before the relay ran."""
-        if ready_r >= 0:
-            os.close(ready_r)
-        if self._lifeline is not None:
-            os.close(self._lifeline)
-            self._lifeline = None
-        if self._shm is not None:
-            self._shm.close()
-            self._shm = None
-
-    def _await_ready(self, ready_r: int) -> None:
-        try:
-            r, _, _ = select.select([ready_r], [], [], READY_TIMEOUT_S)
-            got = os.read(ready_r, 1) if r else b""
-        finally:
-            os.close(ready_r)
-        if got != b"1":
-            assert self._proc is not None
-            code = self._proc.poll()
-            raise RuntimeError(f"delay-line relay for {self.ifname_a}<->{self.ifname_b} did not "
-                               f"start (exit code {code}; its stderr is above)")
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the relay (its TAPs vanish with it) and keep its final counters. Idempotent."""
         proc = self._proc
-        if proc is None or self._lifeline is None:
+        if proc is None or self._stopped:
             return
+        self._stopped = True
         if proc.poll() is None:
             self._cpu_s = self._read_cpu() or self._cpu_s
-        os.close(self._lifeline)  # EOF on the lifeline: the relay returns
-        self._lifeline = None
+        proc.close_stdin()  # end of file on its stdin: the relay returns
         try:
             proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+        except EmuError:
+            proc.kill()
         self._final = self.stats()
         if self._shm is not None:
             self._shm.close()
@@ -271,11 +238,11 @@ class DelayLine:
     @property
     def pid(self) -> int | None:
         """The relay's pid (None before start)."""
-        return self._proc.pid if self._proc is not None else None
+        return self._proc.proc.pid if self._proc is not None else None
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._lifeline is not None and self._proc.poll() is None
+        return self._proc is not None and not self._stopped and self._proc.poll() is None
 
     def _read_cpu(self) -> float | None:
         """User + system CPU seconds of the relay so far (None once it is gone)."""

@@ -1,11 +1,10 @@
 """The relay process of a delay line (see emu.delayline): TAP A <-> TAP B, each frame held.
 
-Run as its own process (``python -I delayline_relay.py ...``, started by
-``DelayLine.start``) so that its timing never waits for the caller's GIL. It
-imports the standard library only: it is started with ``-I`` by file path and
-must not depend on how the project is installed.
+Run as its own process (``python -m emu.delayline_relay ...``, started by
+``DelayLine.start`` through ``emu.launch``) so that its timing never waits for the
+caller's GIL. It imports the standard library and ``emu.childproto`` only.
 
-The hot loop: one ``select`` over both TAP fds and the lifeline pipe, with a
+The hot loop: one ``select`` over both TAP fds, its stdin and its lifeline, with a
 timeout computed from the earliest due frame; a frame is read straight into a
 preallocated slot of an anonymous mapping (``os.readv``), gets its due time
 (read time + delay) and joins its direction's FIFO of slot numbers (the delay is
@@ -19,10 +18,9 @@ frame that finds no free slot is dropped and counted (overflow); the configured
 random loss is decided when a frame is read, with one seeded RNG per direction.
 
 Counters live in a shared memory file (``--stats-fd``, unsigned 64-bit words,
-layout below); the parent reads them at any time. The relay exits when the
-lifeline pipe closes (``DelayLine.stop`` or the parent's death) and, through
-PR_SET_PDEATHSIG, when the thread that started it dies. The TAP devices vanish
-with its fds.
+layout below); the parent reads them at any time. It says ``ready`` (the child
+protocol) once it runs, and exits at end of file on its stdin (``DelayLine.stop``)
+or on its lifeline (the parent's death). The TAP devices vanish with its fds.
 """
 
 from __future__ import annotations
@@ -38,7 +36,8 @@ import sys
 import time
 from collections import deque
 
-PR_SET_PDEATHSIG = 1
+from emu import childproto
+
 PR_SET_TIMERSLACK = 29
 
 # Shared statistics: STATS_WORDS unsigned 64-bit words; direction d (0: A->B,
@@ -134,8 +133,9 @@ def _deliver(d: _Direction, now: float) -> None:
 
 
 def relay(fd_a: int, fd_b: int, loss: float, seed: int, slot: int, slots: int,
-          st: memoryview, lifeline: int, spin: float, batch: int = 64) -> None:
-    """Relay frames both ways until ``lifeline`` becomes readable (EOF); never returns early.
+          st: memoryview, stop_fds: list[int], spin: float, batch: int = 64) -> None:
+    """Relay frames both ways until one of ``stop_fds`` becomes readable (EOF); never
+    returns early.
 
     The delay is read from ``st[W_DELAY_NS]`` (frames keep FIFO order when it changes).
     """
@@ -144,7 +144,7 @@ def relay(fd_a: int, fd_b: int, loss: float, seed: int, slot: int, slots: int,
     ab = _Direction(fd_a, fd_b, slot, slots, 2 * seed, st, dir_base(0))
     ba = _Direction(fd_b, fd_a, slot, slots, 2 * seed + 1, st, dir_base(1))
     fifo_ab, fifo_ba, due_ab, due_ba = ab.fifo, ba.fifo, ab.due, ba.due
-    rlist = [fd_a, fd_b, lifeline]
+    rlist = [fd_a, fd_b, *stop_fds]
     sel, mono = select.select, time.monotonic
     lead = spin  # wake this long before a due time, then poll: adapts to the timer's lateness
     while True:
@@ -202,15 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rt-priority", type=int, default=0,
                    help="SCHED_FIFO priority (0: normal scheduling)")
     p.add_argument("--stats-fd", type=int, required=True)
-    p.add_argument("--ready-fd", type=int, required=True)
-    p.add_argument("--lifeline-fd", type=int, required=True)
-    p.add_argument("--parent", type=int, required=True, help="pid that must be our parent")
     a = p.parse_args(argv)
+    lifeline = childproto.lifeline_fd()
+    stop_fds = [sys.stdin.fileno()] + ([lifeline] if lifeline is not None else [])
 
     libc = _libc()
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != a.parent:  # the parent died before the line above took effect
-        return 1
     libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)  # 1 ns: timer wake-ups as exact as the kernel can
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the caller's terminal: it stops us
     shm = mmap.mmap(a.stats_fd, STATS_BYTES)
@@ -223,10 +219,9 @@ def main(argv: list[str] | None = None) -> int:
             pass
     st[W_DELAY_NS] = round(a.delay * 1e9)
     st[W_STATE] = 1
-    os.write(a.ready_fd, b"1")
-    os.close(a.ready_fd)
+    childproto.emit(childproto.READY)
     try:
-        relay(a.fd_a, a.fd_b, a.loss, a.seed, a.slot, a.slots, st, a.lifeline_fd, a.spin)
+        relay(a.fd_a, a.fd_b, a.loss, a.seed, a.slot, a.slots, st, stop_fds, a.spin)
     finally:
         st[W_STATE] = 2
     return 0

@@ -22,10 +22,11 @@ The parts: ``emu.burst_spec`` (the description, ``MicroburstSpec``),
 ``emu.burst_routes`` (a path through the target for every source),
 ``emu.burst_geometry`` (excess over the buffer, sizing a burst that drops),
 ``emu.burst_sender`` (the child process) and this module, which runs them: one
-sender process per source, started with ``nsenter`` in its namespace. ``arm()``
-starts them and waits until each says ``ready``; ``fire(t0)`` hands them the common
-absolute CLOCK_MONOTONIC instant at which the pattern starts (cheap: one line per
-sender, so bursts on several targets fire together); each sender tells when its first
+sender process per source, started by ``emu.launch`` with ``nsenter`` in its
+namespace. ``arm()`` starts them and waits until each says ``ready``; ``fire(t0)``
+hands them the common absolute CLOCK_MONOTONIC instant at which the pattern starts
+(cheap: one record per sender, so bursts on several targets fire together); each
+sender tells when its first
 datagram left (``started_offsets``). An instant already past when handed over still
 anchors the pattern: windows that passed are skipped, the current one is cut short,
 and the offsets say how late each sender began.
@@ -46,16 +47,13 @@ after the queues drained; ``report()`` gives the difference.
 from __future__ import annotations
 
 import json
-import os
-import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from pathlib import Path as FsPath
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from emu.burst_geometry import BurstGeometry, check_mode, geometry
@@ -70,7 +68,9 @@ from emu.burst_routes import (
 )
 from emu.burst_sender import HEADER
 from emu.burst_spec import MicroburstError, MicroburstSpec
+from emu.childproto import START
 from emu.errors import EmuError
+from emu.launch import Child
 
 if TYPE_CHECKING:
     from emu.counters import QueueStats
@@ -84,74 +84,6 @@ START_LEAD_S = 0.05  # default: from handing over the start instant to the insta
 READY_TIMEOUT_S = 15.0  # for every sender of an arm to say ready
 STOP_TIMEOUT_S = 5.0  # for a stopped sender to report; then SIGKILL
 SCOPES = ("all", "paths")
-
-
-class _Child:
-    """One sender process; its stdout (lines) and stderr read without blocking."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None and proc.stderr is not None
-        self.proc = proc
-        self.out_fd, self.err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-        self.buf = b""
-        self.lines: list[str] = []
-        self.err = b""
-        self.open = {self.out_fd, self.err_fd}
-
-    @property
-    def eof(self) -> bool:
-        """Its stdout ended (it exited, or is about to)."""
-        return self.out_fd not in self.open
-
-    def read(self, fd: int) -> None:
-        """Read what ``fd`` (readable) holds."""
-        data = os.read(fd, 1 << 16)
-        if not data:
-            self.open.discard(fd)
-        if fd == self.err_fd:
-            self.err = (self.err + data)[-8000:]
-            return
-        if not data:
-            data = b"\n" if self.buf else b""
-        self.buf += data
-        *done, self.buf = self.buf.split(b"\n")
-        self.lines += [x.decode(errors="replace") for x in done]
-
-    def send(self, line: str) -> None:
-        """Write one line to its stdin; a sender that already died is left to the report
-        (its stderr), so the others still get theirs."""
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(line.encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            pass
-
-    def end(self, timeout: float) -> None:
-        """Wait for it to exit (reading everything it says); SIGKILL after ``timeout``."""
-        _pump([self], lambda: not self.open, time.monotonic() + timeout)
-        if self.open:
-            self.proc.kill()
-            _pump([self], lambda: not self.open, time.monotonic() + 1.0)
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if f is not None:
-                try:
-                    f.close()
-                except OSError:
-                    pass
-
-
-def _pump(children: Sequence[_Child], done: Callable[[], bool], deadline: float) -> None:
-    """Read the children's output until ``done()`` or the deadline."""
-    while not done():
-        left = deadline - time.monotonic()
-        fds = {fd: c for c in children for fd in c.open}
-        if left <= 0 or not fds:
-            return
-        ready, _, _ = select.select(list(fds), [], [], left)
-        for fd in ready:
-            fds[fd].read(fd)
 
 
 class Microburst:
@@ -179,7 +111,8 @@ class Microburst:
         self.t0: float | None = None  # absolute CLOCK_MONOTONIC start of the pattern
         self.t_fired: float | None = None  # when handing t0 to the senders began
         self.scope: str | None = None  # which FIFOs were counted
-        self._senders: dict[str, _Child] = {}
+        self._senders: dict[str, Child] = {}
+        self._started: dict[str, tuple[int, float]] = {}  # source -> (burst, lag s)
         self._sinks: list[socket.socket] = []
         self._before: dict[Egress, QueueStats] | None = None
         self._after: dict[Egress, QueueStats] | None = None
@@ -252,9 +185,6 @@ class Microburst:
             sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sink.bind((str(topo.address(r.dst)), 0))
             ports[r.dst] = sink.getsockname()[1]
-        env = dict(os.environ)
-        root = str(FsPath(__file__).resolve().parents[1])  # the children run this very code
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         windows = json.dumps(self.spec.sender_windows())
         # Real-time from exec on: the interpreter then starts in ~60 ms rather than 100-200
         # on a loaded machine (the sender asks for SCHED_FIFO itself too, as a fallback).
@@ -262,27 +192,18 @@ class Microburst:
         for i, r in enumerate(self.routes):
             args = rt + self.fab.in_netns(
                 r.source, sys.executable, "-m", "emu.burst_sender",
-                "--index", str(i), "--parent", str(os.getpid()),
+                "--index", str(i),
                 "--src", str(topo.address(r.source)), "--dst", str(topo.address(r.dst)),
                 "--port", str(ports[r.dst]), "--srh", srh_option(r.path).hex(),
                 "--payload", str(self.spec.payload),
                 "--rate-mbit", str(self.spec.rate_mbit or 0.0), "--windows", windows)
             if self.realtime:
                 args.append("--realtime")
-            self._senders[r.source] = _Child(subprocess.Popen(
-                args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                env=env))
+            self._senders[r.source] = Child(f"the burst sender of {r.source}", args)
 
     def _await_ready(self, deadline: float) -> None:
-        senders = list(self._senders.values())
-        _pump(senders, lambda: all(s.lines or s.eof for s in senders), deadline)
-        for src, s in self._senders.items():
-            line = s.lines.pop(0) if s.lines else ""
-            if line.strip() != "ready":
-                s.end(0.0)
-                why = (line + "\n" + s.err.decode(errors="replace")).strip()
-                raise EmuError(f"the burst sender of {src} did not start: "
-                               f"{why[-800:] or 'timed out'}")
+        for s in self._senders.values():
+            s.wait_ready(deadline - time.monotonic())
 
     def count(self, scope: str = "all") -> None:
         """Snapshot the FIFO counters the report is measured from (once; before the bursts
@@ -307,10 +228,9 @@ class Microburst:
         if self.t0 is not None:
             raise EmuError(f"this microburst already fired (t0={self.t0!r})")
         t0 = time.monotonic() + START_LEAD_S if t0 is None else float(t0)
-        line = f"{t0!r}\n"
         self.t_fired = time.monotonic()  # no sender can start before this
         for s in self._senders.values():
-            s.send(line)
+            s.send(START, t0=t0)
         self.t0 = t0
         return t0
 
@@ -319,21 +239,15 @@ class Microburst:
         burst (ms; None: not yet), waiting up to ``timeout`` s for the missing ones."""
         if self.t0 is None:
             raise EmuError("started_offsets() needs a microburst that fired")
-        senders = list(self._senders.values())
-
-        def known() -> bool:
-            return all(s.eof or any(x.startswith("started ") for x in s.lines)
-                       for s in senders)
-
-        _pump(senders, known, time.monotonic() + timeout)
+        deadline = time.monotonic() + timeout
         out: dict[str, float | None] = {}
         for src, s in self._senders.items():
-            line = next((x for x in s.lines if x.startswith("started ")), None)
-            if line is None:
-                out[src] = None
-                continue
-            _, k, lag = line.split()
-            out[src] = start_offset_ms(self.spec, int(k), float(lag))
+            if src not in self._started:
+                rec = s.record("started", max(0.0, deadline - time.monotonic()))
+                if rec is not None:
+                    self._started[src] = (int(rec["burst"]), float(rec["lag"]))
+            k_lag = self._started.get(src)
+            out[src] = None if k_lag is None else start_offset_ms(self.spec, *k_lag)
         return out
 
     # -- stopping and reporting -------------------------------------------------------------
@@ -345,23 +259,14 @@ class Microburst:
             return
         self._t_stop = time.monotonic()
         for c in self._senders.values():
-            try:
-                assert c.proc.stdin is not None
-                c.proc.stdin.close()  # an armed sender waits on stdin: end of file ends it
-            except OSError:
-                pass
-            try:
+            c.close_stdin()  # an armed sender waits for its start record: end of file ends it
+            if c.poll() is None:
                 c.proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for src, c in self._senders.items():
-            c.end(max(0.0, deadline - time.monotonic()))
-            self._stderr[src] = c.err.decode(errors="replace")
-            try:
-                self._results[src] = json.loads(c.lines[-1])
-            except (ValueError, IndexError):
-                self._results[src] = None
+            c.terminate(max(0.0, deadline - time.monotonic()))
+            self._stderr[src] = c.stderr_tail
+            self._results[src] = c.record("result", 0.0)
         if self._before is not None and self.fab.kernels:
             self._drain()
             self._after = self._queues(self._nodes(self.scope or "all"))

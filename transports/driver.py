@@ -8,14 +8,15 @@ host's address; for MRC one send socket per distinct path (the socket carries
 the path's SRH, shared by every peer behind the same transit SIDs); for RC one
 socket with a fixed source port (ECMP hashes the 5-tuple once). Message bytes
 are generated from a seed on both ends, so the receiver verifies them by
-SHA-256 without the harness shipping data. Results go to stdout as one JSON
-document; a progress line per completed message goes to stderr.
+SHA-256 without the harness shipping data. A progress line per completed message
+goes to stderr.
 
-Protocol on stdin: line 1 is the plan; the driver sets up, prints ``ready`` on
-stderr, then reads line 2: the CLOCK_MONOTONIC time (shared by every process on
-the machine) at which all drivers post their sends.
+It speaks the emulator's child protocol (emu.childproto): line 1 of stdin is the
+plan; the driver sets up, says ``ready``, reads the ``start`` record (the
+CLOCK_MONOTONIC instant at which all drivers post their sends) and ends with one
+``result`` record on stdout.
 
-    python -m transports.driver   (plan line, then start-time line, on stdin)
+    python -m transports.driver   (started by emu.launch; plan on stdin)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from emu import childproto
 from emu.kernel import CTRL_TCLASS
 from emu.srv6 import IPV6_RTHDR, srh_bytes
 from transports.api import Completion, Core
@@ -346,24 +348,24 @@ def _conn_of(view: memoryview, n: int) -> int:
 
 def wait_for_start() -> float:
     """Say ready, read the common start time, sleep until it; return it."""
-    print("ready", file=sys.stderr, flush=True)
-    line = sys.stdin.readline()
-    start_at = float(line) if line.strip() else time.monotonic()
-    time.sleep(max(0.0, start_at - time.monotonic()))
+    start_at = childproto.ready_then_start()
+    if start_at is None:
+        raise SystemExit("the harness closed stdin before the start instant")
     # The common instant itself, not this process's wake-up: every driver then reports
     # times on exactly the same origin (wake-ups differ by scheduling jitter).
     return start_at
 
 
 def main() -> int:
-    plan = json.loads(sys.stdin.readline())
+    childproto.die_with_parent()
+    plan = childproto.read_config()
     if plan["transport"] == "tcp":
         from transports.tcp import run_tcp
 
         result = run_tcp(plan, message_bytes, wait_for_start)
     else:
         result = Driver(plan).run()
-    print(json.dumps(result), flush=True)
+    childproto.emit("result", **result)
     return 0
 
 

@@ -14,21 +14,19 @@ All drivers start sending at one common CLOCK_MONOTONIC instant.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
-from threading import Thread
 
 from emu.errors import EmuError
 from emu.fabric import Fabric
+from emu.launch import ChildGroup
 
 TRANSPORTS = ("mrc", "rc", "tcp", "dblp")
 # RC runs with AIMD on its window, standing in for RoCE's rate control (DCQCN): a
 # fixed window overflowing shallow switch buffers would only measure go-back-N storms.
 # Emulated links are 1000x slower than real ones, so a full queue holds tens to
 # hundreds of ms: the RTO cap is raised to match (the cores' defaults suit real rates).
+READY_TIMEOUT_S = 60.0  # for every driver to bind its sockets on a busy machine
 DEFAULT_CONFIG = {"mrc": {"rto_max": 2.0}, "rc": {"aimd": True, "rto_max": 2.0}, "tcp": {},
                   "dblp": {"rto_max": 2.0}}
 
@@ -151,45 +149,26 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
                   on_start=None) -> TransferResult:
     """Run ``transfers`` with ``transport``; ``on_start(t0)`` is called at the common start."""
     plans, parts = plan_transfers(fab.spec, transport, transfers, config, deadline_s, seed)
-    procs = {}
-    try:
+    outs = {}
+    with ChildGroup() as group:
         for host, plan in plans.items():
-            p = subprocess.Popen(
-                fab.in_netns(host, sys.executable, "-m", "transports.driver"),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            p.stdin.write(json.dumps(plan) + "\n")
-            p.stdin.flush()
-            procs[host] = p
-        errs: dict[str, list[str]] = {h: [] for h in procs}
-        for host, p in procs.items():  # wait for every driver's sockets
-            line = p.stderr.readline()
-            if line.strip() != "ready":
-                raise EmuError(f"driver on {host} failed to start: {line}{p.stderr.read()}")
-        # stderr (progress lines) drains in threads; stdout (one JSON) is read below.
-        readers = [Thread(target=lambda p=p, h=h: errs[h].extend(p.stderr), daemon=True)
-                   for h, p in procs.items()]
-        for r in readers:
-            r.start()
-        t0 = time.monotonic() + 0.05
-        for p in procs.values():
-            p.stdin.write(f"{t0}\n")
-            p.stdin.flush()
+            group.spawn(f"driver on {host}",
+                        fab.in_netns(host, sys.executable, "-m", "transports.driver"),
+                        config=plan)
+        group.wait_ready(READY_TIMEOUT_S)  # every driver's sockets are bound
+        t0 = group.start()
         if on_start is not None:
             on_start(t0)
-        outs = {}
-        for host, p in procs.items():
-            p.stdin.close()
-            out = p.stdout.read()
-            p.wait(timeout=deadline_s + 30)
-            if p.returncode != 0:
-                raise EmuError(f"driver on {host} exited {p.returncode}: "
-                               f"{''.join(errs[host])[-2000:]}")
-            outs[host] = json.loads(out)
-    finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        for child in group:
+            child.close_stdin()
+        for host, child in zip(plans, group, strict=True):
+            out = child.record("result", timeout=deadline_s + 30)
+            code = child.wait(30)
+            if out is None or code != 0:
+                raise EmuError(child.why("ended without a result" if out is None
+                                         else f"exited {code}"))
+            out.pop("type")
+            outs[host] = out
     res = TransferResult(transport, outs, list(transfers))
     for i, t in enumerate(transfers):
         got = [next((m for m in outs[t.dst]["messages"]

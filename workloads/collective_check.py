@@ -3,26 +3,29 @@
     results = check_collectives(fab, "mrc", ["h0", "h3", "h5"])
 
 One process per rank (``python -m workloads.collective_check`` in the rank's
-namespace, config on stdin) builds a ``TransportComm`` and runs ring all-reduce,
-reduce-scatter, all-gather, all-to-all, transpose all-reduce and (with groups)
-hierarchical all-reduce on inputs drawn from a seed; it prints each output's
-SHA-256 and what the collective reported lost. The parent computes the
-reference outputs (numpy sums and concatenations of the same inputs) and
-compares. Values are small integers in float32, so sums are exact in any order.
+namespace, started by emu.launch, config on stdin) builds a ``TransportComm`` and
+runs ring all-reduce, reduce-scatter, all-gather, all-to-all, transpose all-reduce
+and (with groups) hierarchical all-reduce on inputs drawn from a seed; its
+``result`` record holds each output's SHA-256 and what the collective reported
+lost. The parent computes the reference outputs (numpy sums and concatenations of
+the same inputs) and compares. Values are small integers in float32, so sums are exact in any order.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import subprocess
 import sys
+import time
 
 import numpy as np
 
+from emu import childproto
+from emu.errors import EmuError
+from emu.launch import ChildGroup
 from transports.harness import DEFAULT_CONFIG
 from workloads import collectives as col
 
+READY_TIMEOUT_S = 120.0  # for every rank to import torch and bind its sockets
 LINGER_S = 0.5  # answer the peers' retransmissions for this long after the last collective
 
 
@@ -111,36 +114,33 @@ def check_collectives(fab, transport: str, hosts: list[str], n: int = 20011, see
     from workloads.transportcomm import plan_conns
 
     conns = plan_conns(fab.spec, transport, hosts)
-    procs = []
-    for r, h in enumerate(hosts):
-        cfg = {"rank": r, "size": len(hosts), "n": n, "seed": seed, "transport": transport,
-               "conns": {str(p): c for p, c in conns[r].items()}, "groups": groups,
-               "config": DEFAULT_CONFIG.get(transport, {}), "bound": bound}
-        p = subprocess.Popen(fab.in_netns(h, sys.executable, "-m", "workloads.collective_check"),
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-        p.stdin.write(json.dumps(cfg) + "\n")
-        p.stdin.close()
-        p.stdin = None  # written and closed: communicate() only reads
-        procs.append(p)
     got = []
-    try:
-        for r, p in enumerate(procs):
-            out, err = p.communicate(timeout=timeout_s)
-            if p.returncode != 0:
-                raise RuntimeError(f"rank {r} on {hosts[r]} failed: {err[-3000:]}")
-            got.append(json.loads(out))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    with ChildGroup() as group:
+        for r, h in enumerate(hosts):
+            cfg = {"rank": r, "size": len(hosts), "n": n, "seed": seed, "transport": transport,
+                   "conns": {str(p): c for p, c in conns[r].items()}, "groups": groups,
+                   "config": DEFAULT_CONFIG.get(transport, {}), "bound": bound}
+            group.spawn(f"rank {r} on {h}",
+                        fab.in_netns(h, sys.executable, "-m", "workloads.collective_check"),
+                        config=cfg)
+        group.wait_ready(READY_TIMEOUT_S)
+        group.start()
+        end = time.monotonic() + timeout_s
+        for child in group:
+            out = child.record("result", timeout=max(0.0, end - time.monotonic()))
+            code = child.wait(max(1.0, end - time.monotonic()))
+            if out is None or code != 0:
+                raise EmuError(child.why("failed"))
+            out.pop("type")
+            got.append(out)
     return got, reference(len(hosts), n, seed, groups)
 
 
 def main() -> int:
-    cfg = json.loads(sys.stdin.readline())
-    print(json.dumps(run_rank(cfg)), flush=True)
+    childproto.die_with_parent()
+    cfg = childproto.read_config()
+    childproto.ready_then_start()
+    childproto.emit("result", **run_rank(cfg))
     return 0
 
 

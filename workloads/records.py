@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from emu.childproto import READY, START
 from transports.fill import DEFAULT_FILL
 from transports.phase import (
     FixedTolerance,
@@ -292,7 +293,7 @@ class WorkerError:
 # --------------------------------------------------------------------------------------
 
 _TYPES: dict[str, type] = {
-    "config": WorkerConfig, "start": Start, "release": Release, "ready": Ready,
+    "config": WorkerConfig, START: Start, "release": Release, READY: Ready,
     "step": StepRecord, "eval": EvalRecord, "gate": GateReached, "done": Done,
     "error": WorkerError,
 }
@@ -316,9 +317,15 @@ def decode(line: str) -> Record:
         data = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"not a JSON record: {e}: {line[:200]!r}") from None
+    return decode_obj(data, line)
+
+
+def decode_obj(data: Any, line: str = "") -> Record:
+    """The record of one parsed JSON object (``line``: its text, for the error)."""
     if not isinstance(data, dict) or data.get("type") not in _TYPES:
         raise ValueError(f"not a process record (type must be one of "
-                         f"{', '.join(_TYPES)}): {line[:200]!r}")
+                         f"{', '.join(_TYPES)}): {(line or repr(data))[:200]!r}")
+    data = dict(data)
     cls = _TYPES[data.pop("type")]
     return _build(cls, data, cls.__name__)
 

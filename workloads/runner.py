@@ -38,7 +38,6 @@ then rep 1 of A, B, C, ...), so slow drifts of the machine spread over all varia
 from __future__ import annotations
 
 import dataclasses
-import os
 import queue
 import statistics
 import subprocess
@@ -55,6 +54,7 @@ import numpy as np
 
 from emu.errors import EmuError, require_root
 from emu.fabric import Fabric
+from emu.launch import Child, ChildGroup
 from emu.timeline import TimelineRunner
 from topologies.timescale import TimeScale, time_scale
 from transports.harness import DEFAULT_CONFIG
@@ -65,14 +65,12 @@ from workloads.records import (
     EvalRecord,
     GateReached,
     OverrunStats,
-    Ready,
     Release,
-    Start,
     StepAggregator,
     StepRecord,
     WorkerConfig,
     WorkerError,
-    decode,
+    decode_obj,
     encode,
 )
 from workloads.results import ResultsWriter
@@ -272,103 +270,69 @@ def _compute_key(e: Experiment) -> tuple:
 
 
 class _Job:
-    """The workers of one run, the threads reading their output, and their gates."""
+    """The workers of one run (children of ``emu.launch``) and their gates."""
 
     def __init__(self, fab: Fabric, cfgs: list[WorkerConfig],
                  on_record: Callable[[Any], None]) -> None:
-        self.procs: list[subprocess.Popen] = []
-        self.stderr: list[list[str]] = [[] for _ in cfgs]
         self.failed: WorkerError | None = None
-        self.ready = [threading.Event() for _ in cfgs]
         self.on_record = on_record
         self.lock = threading.Lock()
         self.at_gate: dict[int, set[int]] = {}  # step -> ranks waiting after it
         self.gates: queue.Queue[int] = queue.Queue()  # steps every rank waits after
-        env = {**os.environ, **_WORKER_ENV}
-        for cfg in cfgs:
-            p = subprocess.Popen(
-                fab.in_netns(cfg.host, sys.executable, "-m", "workloads.worker"),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                text=True, env=env,
-                # Out of the terminal's process group: Ctrl-C reaches the runner, which
-                # ends the workers itself (they would otherwise each report an error).
-                start_new_session=True)
-            p.stdin.write(encode(cfg))
-            p.stdin.flush()
-            self.procs.append(p)
-        self.threads = []
-        self.readers = []
-        for r, p in enumerate(self.procs):
-            for target in (partial(self._read, r, p), partial(self._drain, r, p)):
-                t = threading.Thread(target=target, daemon=True)
-                t.start()
-                self.threads.append(t)
-            self.readers.append(self.threads[-2])
+        self.group = ChildGroup()
+        try:
+            for cfg in cfgs:
+                self.group.spawn(
+                    f"worker {cfg.rank}",
+                    fab.in_netns(cfg.host, sys.executable, "-m", "workloads.worker"),
+                    config=encode(cfg), env=_WORKER_ENV,
+                    on_record=partial(self._record, cfg.rank))
+        except BaseException:
+            self.group.kill()
+            raise
+        self.children = list(self.group)
 
     def _fail(self, rec: WorkerError) -> None:
         with self.lock:
             self.failed = self.failed or rec
 
-    def _read(self, rank: int, p: subprocess.Popen) -> None:
-        for line in p.stdout:
-            if not line.startswith("{"):
-                continue  # not a record (a library writing to stdout)
-            try:
-                rec = decode(line)
-            except ValueError as e:
-                self._fail(WorkerError(rank=rank, error=f"a malformed record: {e}"))
-                continue
-            if isinstance(rec, Ready):
-                self.ready[rank].set()
-                continue
-            if isinstance(rec, GateReached):
-                with self.lock:
-                    waiting = self.at_gate.setdefault(rec.step, set())
-                    waiting.add(rank)
-                    if len(waiting) == len(self.procs):
-                        del self.at_gate[rec.step]
-                        self.gates.put(rec.step)
-                continue
-            if isinstance(rec, WorkerError):
-                self._fail(rec)
-                self.ready[rank].set()
-            try:
-                self.on_record(rec)
-            except Exception as e:  # noqa: BLE001 - the run ends with it; keep draining
-                self._fail(WorkerError(rank=rank, error=f"recording a {type(rec).__name__} "
-                                                        f"failed: {e!r}"))
-        self.ready[rank].set()  # the worker exited (a crash before ready shows in returncode)
-
-    def _drain(self, rank: int, p: subprocess.Popen) -> None:
-        for line in p.stderr:
-            self.stderr[rank].append(line)
-            del self.stderr[rank][:-200]
+    def _record(self, rank: int, child: Child, data: dict[str, Any]) -> None:
+        """One record of ``rank`` (on its reader thread)."""
+        try:
+            rec = decode_obj(data)
+        except ValueError as e:
+            self._fail(WorkerError(rank=rank, error=f"a malformed record: {e}"))
+            return
+        if isinstance(rec, GateReached):
+            with self.lock:
+                waiting = self.at_gate.setdefault(rec.step, set())
+                waiting.add(rank)
+                if len(waiting) == len(self.children):
+                    del self.at_gate[rec.step]
+                    self.gates.put(rec.step)
+            return
+        if isinstance(rec, WorkerError):
+            self._fail(rec)
+        try:
+            self.on_record(rec)
+        except Exception as e:  # noqa: BLE001 - the run ends with it; keep draining
+            self._fail(WorkerError(rank=rank, error=f"recording a {type(rec).__name__} "
+                                                    f"failed: {e!r}"))
 
     def wait_ready(self, timeout: float) -> None:
-        end = time.monotonic() + timeout
-        for r, ev in enumerate(self.ready):
-            if not ev.wait(max(0.0, end - time.monotonic())):
-                raise EmuError(f"worker {r} did not get ready within {timeout} s")
-            if self.failed or self.procs[r].poll() not in (None, 0):
-                raise EmuError(self._why(r))
+        try:
+            self.group.wait_ready(timeout)
+        except EmuError as e:
+            raise EmuError(self._why(None) if self.failed else str(e)) from None
 
-    def _why(self, rank: int) -> str:
+    def _why(self, rank: int | None) -> str:
         if self.failed:
             return f"worker {self.failed.rank} failed: {self.failed.error}"
-        return (f"worker {rank} exited {self.procs[rank].returncode}: "
-                f"{''.join(self.stderr[rank])[-2000:]}")
-
-    def _send(self, rec: Start | Release) -> None:
-        line = encode(rec)
-        for p in self.procs:
-            try:
-                p.stdin.write(line)
-                p.stdin.flush()
-            except (BrokenPipeError, ValueError):
-                pass  # the worker died: wait() reports it
+        assert rank is not None
+        return self.children[rank].why(f"exited {self.children[rank].poll()}")
 
     def start(self, t0: float) -> None:
-        self._send(Start(t0))
+        self.group.start_at(t0)
 
     def wait(self, timeout: float, on_gate: Callable[[int], int | None] | None = None) -> None:
         """Until every worker exited; raises EmuError naming the first failure. When every
@@ -376,15 +340,19 @@ class _Job:
         due there) and returns the next gate; then the ranks are released together."""
         end = time.monotonic() + timeout
         while True:
-            codes = [p.poll() for p in self.procs]
+            codes = [c.poll() for c in self.children]
             bad = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if self.failed or bad:
-                for r in bad:  # its reader ends at EOF, after the error record
-                    self.readers[r].join(5.0)
-                raise EmuError(self._why(bad[0] if bad else 0))
+                for r in bad:  # its records end at EOF, after the error record
+                    self.children[r].wait(5.0)
+                raise EmuError(self._why(bad[0] if bad else None))
             if all(c == 0 for c in codes):
-                for t in self.threads:
-                    t.join(5)
+                for c in self.children:
+                    c.wait(5.0)
+                broken = [c for c in self.children if c.malformed]
+                if broken:
+                    raise EmuError(f"{broken[0].name} wrote {broken[0].malformed} malformed "
+                                   "records")
                 return
             if time.monotonic() > end:
                 raise EmuError(f"workers still running after {timeout:.0f} s")
@@ -396,21 +364,12 @@ class _Job:
                 raise EmuError(f"the workers wait at a gate after step {step} that nothing "
                                "fires at")
             nxt = on_gate(step)
-            self._send(Release(step, time.monotonic() + RESUME_S, nxt))
+            line = encode(Release(step, time.monotonic() + RESUME_S, nxt))
+            for c in self.children:
+                c.send_line(line)
 
     def kill(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                pass
-            try:
-                p.stdin.close()
-            except (BrokenPipeError, OSError):
-                pass
+        self.group.kill()
 
 
 # --------------------------------------------------------------------------------------

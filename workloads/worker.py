@@ -2,7 +2,8 @@
 
     python -m workloads.worker          (records on stdin and stdout, one JSON line each)
 
-Protocol (workloads/records.py defines every record): line 1 of stdin is the
+Protocol (the emulator's child protocol, emu.childproto, with the records of
+workloads/records.py; started by emu.launch, dies with the runner): line 1 of stdin is the
 worker's ``config`` (a WorkerConfig, written by workloads/runner.py); the worker
 sets up (model, data, process group, transport endpoint), prints ``ready`` and
 reads ``start``, the CLOCK_MONOTONIC instant (shared by every process of the
@@ -40,14 +41,13 @@ to the next rank over the transport), then the backwards in reverse order
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import os
-import signal
 import sys
 import time
 import traceback
 
+from emu import childproto
 from workloads.records import (
     Done,
     EvalRecord,
@@ -61,8 +61,6 @@ from workloads.records import (
     decode,
     encode,
 )
-
-PR_SET_PDEATHSIG = 1
 
 
 def emit(rec) -> None:
@@ -86,14 +84,6 @@ def lr_at(cfg: WorkerConfig, step: int) -> float:
     from workloads.schedule import lr_at_step
 
     return lr_at_step(cfg.lr, cfg.lr_schedule, cfg.steps, step)
-
-
-def _die_with_parent() -> None:
-    # A worker must not outlive the run (the fabric teardown kills it anyway).
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def _gloo_group(cfg: WorkerConfig):
@@ -342,7 +332,7 @@ def run_pipeline(cfg: WorkerConfig) -> None:
 
 
 def main() -> int:
-    _die_with_parent()
+    childproto.die_with_parent()  # a worker must not outlive the run
     rank = -1
     try:
         first = receive(WorkerConfig)

@@ -4,22 +4,18 @@ loopback (no root, no fabric)."""
 from __future__ import annotations
 
 import json
-import os
-import select
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from emu.burst_report import build_report, spread, start_offset_ms
 from emu.burst_sender import HEADER, MAGIC
+from emu.childproto import START
+from emu.launch import Child
 from emu.microburst import MicroburstSpec
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture()
@@ -34,21 +30,11 @@ def sink() -> Iterator[socket.socket]:
     s.close()
 
 
-def spawn(port: int, windows: dict, payload: int = 200, rate_mbit: float = 1.0):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen(
-        [sys.executable, "-m", "emu.burst_sender", "--index", "3", "--parent", str(os.getpid()),
-         "--src", "::1", "--dst", "::1", "--port", str(port), "--payload", str(payload),
-         "--rate-mbit", str(rate_mbit), "--windows", json.dumps(windows)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env)
-
-
-def line(p: subprocess.Popen, timeout: float = 20.0) -> str:
-    assert p.stdout is not None
-    ready, _, _ = select.select([p.stdout], [], [], timeout)
-    assert ready, "the sender said nothing"
-    return p.stdout.readline().strip()
+def spawn(port: int, windows: dict, payload: int = 200, rate_mbit: float = 1.0) -> Child:
+    return Child("sender", [
+        sys.executable, "-m", "emu.burst_sender", "--index", "3", "--src", "::1", "--dst",
+        "::1", "--port", str(port), "--payload", str(payload), "--rate-mbit", str(rate_mbit),
+        "--windows", json.dumps(windows)])
 
 
 def drain(s: socket.socket) -> list[bytes]:
@@ -64,21 +50,21 @@ def test_ready_start_started_result(sink):
     # two 4 ms windows 20 ms apart, paced at 1 Mbit/s: 262-byte frames 2.1 ms apart
     p = spawn(sink.getsockname()[1], {"schedule": [[0.0, 0.004], [0.02, 0.024]]})
     try:
-        assert line(p) == "ready"
-        t0 = time.monotonic() + 0.05
-        p.stdin.write(f"{t0!r}\n")
-        p.stdin.flush()
-        word, k, lag = line(p).split()
-        assert word == "started" and k == "0"
-        assert float(lag) >= 0  # never before its window opens
-        res = json.loads(line(p))
+        p.wait_ready(20)
+        p.send(START, t0=time.monotonic() + 0.05)
+        started = p.record("started", 20)
+        res = p.record("result", 20)
         assert p.wait(10) == 0
     finally:
         p.kill()
+    assert started is not None and res is not None
+    lag = started["lag"]
+    assert started["burst"] == 0
+    assert lag >= 0  # never before its window opens
     assert res["fired"] is True and res["late_skipped"] == 0
     assert res["bursts"] == 2 and len(res["records"]) == 2
-    assert res["started"] == [0, float(lag)]
-    assert res["records"][0][1] == float(lag)  # the same first send
+    assert res["started"] == [0, lag]
+    assert res["records"][0][1] == lag  # the same first send
     got = drain(sink)
     assert len(got) == res["datagrams"] == sum(r[3] for r in res["records"])
     heads = [HEADER.unpack_from(d) for d in got]
@@ -91,12 +77,13 @@ def test_ready_start_started_result(sink):
 def test_an_armed_sender_ends_on_end_of_file(sink):
     p = spawn(sink.getsockname()[1], {"schedule": [[0.0, 0.004]]})
     try:
-        assert line(p) == "ready"
-        p.stdin.close()  # what Microburst.stop() does to a sender that never fired
-        res = json.loads(line(p))
+        p.wait_ready(20)
+        p.close_stdin()  # what Microburst.stop() does to a sender that never fired
+        res = p.record("result", 20)
         assert p.wait(10) == 0
     finally:
         p.kill()
+    assert res is not None
     assert res["fired"] is False and res["datagrams"] == 0 and res["started"] is None
     assert drain(sink) == []
 
@@ -104,18 +91,19 @@ def test_an_armed_sender_ends_on_end_of_file(sink):
 def test_an_instant_already_past_skips_the_windows_that_passed(sink):
     p = spawn(sink.getsockname()[1], {"schedule": [[0.0, 0.004], [0.3, 0.304]]})
     try:
-        assert line(p) == "ready"
-        p.stdin.write(f"{time.monotonic() - 0.1!r}\n")  # burst 0 ended 96 ms ago
-        p.stdin.flush()
-        word, k, lag = line(p).split()
-        res = json.loads(line(p))
+        p.wait_ready(20)
+        p.send(START, t0=time.monotonic() - 0.1)  # burst 0 ended 96 ms ago
+        started = p.record("started", 20)
+        res = p.record("result", 20)
     finally:
         p.kill()
-    assert (word, k) == ("started", "1") and float(lag) >= 0
+    assert started is not None and res is not None
+    assert started["burst"] == 1 and started["lag"] >= 0
     assert res["late_skipped"] == 1 and res["bursts"] == 1
     spec = MicroburstSpec("p0l0:h1", ("h0",), 1.0, 2.0, schedule=((0.0, 4.0), (0.3, 4.0)))
     # as an offset from the pattern's first burst: 300 ms + the lag
-    assert start_offset_ms(spec, 1, float(lag)) == pytest.approx(300 + float(lag) * 1e3)
+    assert start_offset_ms(spec, 1, started["lag"]) == pytest.approx(
+        300 + started["lag"] * 1e3)
 
 
 # -- the report, from the senders' results -----------------------------------------------------

@@ -227,7 +227,7 @@ def test_window_start():
 
 
 def test_sender_arguments():
-    a = parse_args(["--index", "2", "--parent", "1", "--src", "fd5a::1", "--dst", "fd5a::2",
+    a = parse_args(["--index", "2", "--src", "fd5a::1", "--dst", "fd5a::2",
                     "--port", "4000", "--srh", "00", "--windows", '{"schedule": [[0, 0.01]]}'])
     assert a.index == 2 and a.payload == 8000 and a.rate_mbit == 0.0
     assert a.windows == {"schedule": [[0, 0.01]]}
