@@ -1,17 +1,20 @@
 """`emu bench transport`: MRC against RC over ECMP and kernel TCP, in one run.
 
-1. One connection h0 -> last host: goodput as a fraction of the bound (all of
-   the source's plane NICs at line rate, less header bytes).
+1. One connection h0 -> last host at 1000 Mbit/s links, 3 repetitions interleaved
+   (MRC, RC, TCP, MRC, ...): goodput as a fraction of the bound (all of the
+   source's plane NICs at line rate, less header bytes) and CPU per packet.
 2. Permutation: every host sends to a distinct host off its leaf; aggregate
    goodput as a fraction of the ideal (every NIC of every host busy).
 3. Failure ride-through under BFD + BGP: a long transfer while the leaf-spine
    link carrying the transport's plane-0 traffic is cut mid-way; goodput
    timeline, and the time lost: completion time with the cut minus without.
-4. CPU: microseconds of driver CPU per data packet, the packet rate one core
-   would sustain, next to a bare ``sendto`` loop.
+4. CPU (transports/bench_cpu.py): microseconds of driver CPU per data packet
+   (user and system), the packet rate one core would sustain, each driver's share
+   of a core, next to the kernel's own cost of the same datagram on the same path
+   (a bare paced ``sendto`` / ``recv_into`` pair) and a bare ``sendto`` to loopback.
 
-Link rates are scaled so that every host's Python driver fits on 2 shared
-cores (see BENCHMARKS.md); figures are ratios measured in one run.
+The permutation's link rate is scaled so that its 16 Python drivers fit on 2
+shared cores (see BENCHMARKS.md); figures are ratios measured in one run.
 """
 
 from __future__ import annotations
@@ -27,10 +30,15 @@ from emu.fabric import Fabric
 from emu.failures import LinkDown
 from emu.netns import entered
 from topologies import LinkSpec, MultiPlaneClos
+from transports.bench_cpu import bare_path, driver_cpu, summary
 from transports.harness import Transfer, TransferResult, run_transfers
 from transports.wire import HEADER_LEN
 
 TRANSPORTS = ("mrc", "rc", "tcp")
+# Links of the single connection: 10x the 100 Mbit/s of the demo's fabric, where the
+# drivers' CPU is what limits a transport. The permutation's 16 drivers share 2 cores.
+RATE_SINGLE = 1000.0
+RATE_PERM = 5.0
 PAYLOAD = 8000
 WIRE_OVERHEAD = 14 + 40 + 8 + HEADER_LEN  # Ethernet, IPv6, UDP, our header (SRH aside)
 
@@ -45,18 +53,37 @@ def _spec(rate: float, hosts_per_leaf: int = 4, queue: int = 64) -> MultiPlaneCl
                           host_link=link, fabric_link=link)
 
 
-def single(fab: Fabric, size: int, say: Callable[[str], None]) -> dict:
-    """One transfer per transport from the first to the last host."""
+def single(fab: Fabric, size: int, say: Callable[[str], None], reps: int = 3) -> dict:
+    """One transfer per transport from the first to the last host, ``reps`` times,
+    interleaved (MRC, RC, TCP, MRC, ...): goodput against the bound and CPU per packet,
+    each as median [min-max]."""
     spec = fab.spec
     src, dst = spec.hosts[0].name, spec.hosts[-1].name
-    bound = spec.planes * spec.host_link.rate_mbit * _efficiency()
-    out = {"src": src, "dst": dst, "bytes": size, "bound_mbit": round(bound, 2)}
-    for t in TRANSPORTS:
-        r = run_transfers(fab, t, [Transfer(src, dst, size)], deadline_s=120)
-        out[t] = _row(r, bound)
-        out[t]["cpu_us_per_packet"] = _cpu_per_packet(r, size)
-        say(f"  single {t}: {out[t]['goodput_mbit']:.1f} Mbit/s = "
-            f"{out[t]['fraction']:.2f} of {bound:.1f}")
+    rate = spec.host_link.rate_mbit
+    bound = spec.planes * rate * _efficiency()
+    out: dict = {"src": src, "dst": dst, "bytes": size, "rate_mbit": rate,
+                 "bound_mbit": round(bound, 2), "reps": reps}
+    runs: dict[str, list[dict]] = {t: [] for t in TRANSPORTS}
+    for rep in range(reps):
+        for t in TRANSPORTS:
+            r = run_transfers(fab, t, [Transfer(src, dst, size)], deadline_s=120)
+            row = {**_row(r, bound), "cpu": driver_cpu(r)}
+            runs[t].append(row)
+            cpu = row["cpu"].get("us_per_packet")
+            say(f"  single {t} rep {rep}: {row['goodput_mbit']:.1f} Mbit/s = "
+                f"{row['fraction']:.3f} of {bound:.1f}"
+                + (f"; {cpu:.1f} us CPU per packet" if cpu is not None else ""))
+    for t, rows in runs.items():
+        cpus = [x["cpu"] for x in rows]
+        out[t] = {"runs": rows,
+                  "fraction": summary([x["fraction"] for x in rows]),
+                  "goodput_mbit": summary([x["goodput_mbit"] for x in rows]),
+                  "sender_share": summary([c["share"].get(src) for c in cpus]),
+                  "receiver_share": summary([c["share"].get(dst) for c in cpus])}
+        for k in ("us_per_packet", "user_us", "sys_us", "packets_per_core_s",
+                  "wakeups_per_packet"):
+            if any(k in c for c in cpus):
+                out[t][k] = summary([c.get(k) for c in cpus])
     return out
 
 
@@ -78,9 +105,13 @@ def permutation(fab: Fabric, size: int, say: Callable[[str], None]) -> dict:
     for label, t, config in runs:
         r = run_transfers(fab, t, transfers, config=config, deadline_s=180)
         out[label] = _row(r, ideal)
+        share = driver_cpu(r)["share"]
+        out[label]["max_driver_share"] = max((v for v in share.values() if v is not None),
+                                             default=None)
         out[label]["completions_s"] = sorted(round(m["t"], 3) for m in r.messages)
         say(f"  permutation {label}: {out[label]['goodput_mbit']:.1f} Mbit/s = "
-            f"{out[label]['fraction']:.2f} of ideal {ideal:.1f}")
+            f"{out[label]['fraction']:.2f} of ideal {ideal:.1f}; busiest driver "
+            f"{out[label]['max_driver_share'] or 0:.0%} of a core")
     return out
 
 
@@ -88,13 +119,6 @@ def _row(r: TransferResult, bound: float) -> dict:
     return {"ok": r.ok, "completion_s": round(r.completion_s, 4),
             "goodput_mbit": round(r.goodput_mbit, 2),
             "fraction": round(r.goodput_mbit / bound, 3), "cpu_s": round(r.cpu_s(), 3)}
-
-
-def _cpu_per_packet(r: TransferResult, size: int) -> float | None:
-    packets = sum(sum(sum(v) for v in d["sent_per_ev"].values()) for d in r.drivers.values())
-    if not packets:
-        return None  # TCP: the kernel does the per-packet work
-    return round(r.cpu_s() / packets * 1e6, 1)
 
 
 def bare_sendto(fab: Fabric, seconds: float = 1.0) -> dict:
@@ -183,28 +207,37 @@ def _longest_stall(timeline: list) -> float:
     return round(longest, 3)
 
 
-def bench_transport(say: Callable[[str], None] = print, quick: bool = False) -> dict:
+def bench_transport(say: Callable[[str], None] = print, quick: bool = False,
+                    rate_single: float = RATE_SINGLE, rate_perm: float = RATE_PERM) -> dict:
     """Run the whole transport benchmark; returns the results."""
     require_root("emu bench transport")
     out: dict = {}
-    # 16 drivers on 2 shared cores: at 10 Mbit/s per link their Python work already
-    # competes for CPU (a few flows finish late for want of a core); 5 Mbit/s keeps
-    # the permutation network-bound (see BENCHMARKS.md).
-    rate_single, rate_perm = 100.0, 5.0
     with Fabric(_spec(rate_single), name="benchtp",
                 progress=lambda m: say(f"    fabric: {m}")) as fab:
         say(f"single connection ({rate_single:g} Mbit/s links)")
-        out["single"] = single(fab, (8 if quick else 32) << 20, say)
+        out["single"] = single(fab, (8 if quick else 32) << 20, say, reps=2 if quick else 3)
         out["bare_sendto"] = bare_sendto(fab)
+        src, dst = out["single"]["src"], out["single"]["dst"]
+        out["bare_path"] = bare_path(fab, src, dst, rate_single * 0.9, PAYLOAD)
+        say(f"  bare path {src} -> {dst}: {out['bare_path']['us_per_packet']:.1f} us of "
+            f"kernel CPU per datagram (send {out['bare_path']['tx_us']:.1f}, receive "
+            f"{out['bare_path']['rx_us']:.1f})")
     with Fabric(_spec(rate_perm), name="benchtp",
                 progress=lambda m: say(f"    fabric: {m}")) as fab:
-        say(f"permutation ({rate_perm:g} Mbit/s links, so 16 drivers fit on 2 cores)")
+        say(f"permutation ({rate_perm:g} Mbit/s links)")
         out["permutation"] = permutation(fab, (1 if quick else 3) << 20, say)
     say("failure ride-through (BFD + BGP)")
     out["ride_through"] = ride_through((8 if quick else 24) << 20, 50.0, say)
-    cpu = out["single"]["mrc"]["cpu_us_per_packet"]
-    out["cpu"] = {"mrc_us_per_packet": cpu,
-                  "mrc_packets_per_core_s": round(1e6 / cpu) if cpu else None,
-                  "rc_us_per_packet": out["single"]["rc"]["cpu_us_per_packet"],
-                  "bare_sendto": out["bare_sendto"]}
+    bare = out["bare_path"]["us_per_packet"]
+    out["cpu"] = {"bare_sendto_loopback": out["bare_sendto"], "bare_path_us": bare}
+    for t in ("mrc", "rc"):
+        us = out["single"][t]["us_per_packet"]["median"]
+        out["cpu"][t] = {
+            "us_per_packet": us, "user_us": out["single"][t]["user_us"]["median"],
+            "sys_us": out["single"][t]["sys_us"]["median"],
+            "packets_per_core_s": out["single"][t]["packets_per_core_s"]["median"],
+            "over_bare_path_us": round(us - bare, 2) if us is not None else None,
+            "x_bare_path": round(us / bare, 2) if us and bare else None}
+        say(f"  {t}: {us} us CPU per packet (user {out['cpu'][t]['user_us']}, system "
+            f"{out['cpu'][t]['sys_us']}); {out['cpu'][t]['x_bare_path']} x the bare path")
     return out

@@ -86,3 +86,28 @@ def test_tcp_rounds_are_chained(fab):
         assert nxt["posted"] >= prev["t"] > prev["posted"]
     (info,) = r.drivers[SRC]["tcp_info"].values()
     assert info["rto_ms"] >= 200  # Linux's floor, untuned
+
+
+def test_driver_cpu_accounting_and_the_bare_path(fab):
+    """Each driver reports its loop's CPU (user + system, less checking the bytes), its
+    wall time and wake-ups; the bare path delivers every datagram it paced out, over the
+    SRH of the pair's first path, whose first spine carries them."""
+    from transports.bench_cpu import bare_path, driver_cpu
+
+    r = run_transfers(fab, "mrc", [Transfer(SRC, DST, 2 << 20)])
+    assert r.ok
+    for d in r.drivers.values():
+        assert d["wall_s"] > 0 and d["wakeups"] > 0
+        total = d["cpu_user_s"] + d["cpu_sys_s"]
+        assert d["cpu_s"] == pytest.approx(max(0.0, total - d["verify_cpu_s"]), abs=2e-4)
+    assert r.drivers[DST]["verify_cpu_s"] > 0  # the receiver checked 2 MiB
+    cpu = driver_cpu(r)
+    assert cpu["data_packets"] >= (2 << 20) // 8000
+    assert set(cpu["share"]) == {SRC, DST}
+    first = SPEC.paths(SRC, DST)[0]
+    spine = next(h.node for h in first.hops if h.node.startswith(f"p{first.plane}s"))
+    before = interface_packets(fab.kernels[spine])["l1"][1]
+    bare = bare_path(fab, SRC, DST, rate_mbit=20.0, payload=8000, seconds=0.5)
+    assert bare["sent"] > 100 and bare["received"] == bare["sent"]
+    assert interface_packets(fab.kernels[spine])["l1"][1] - before >= bare["sent"]
+    assert bare["tx_us"] > 0 and bare["rx_us"] > 0

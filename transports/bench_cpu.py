@@ -1,0 +1,140 @@
+"""What a packet costs in CPU: the transports' drivers against the kernel's own cost.
+
+Every driver reports the CPU of its loop from the common start on, less checking
+the received bytes (transports/driver.py), split into user and system time, with
+its wall time and wake-ups. System time is not only the driver's syscalls: the
+kernel forwards a datagram across the emulated fabric (veth hops, HTB, SRv6) in
+softirq context, and charges that work to whichever process it interrupted or
+whose send triggered it, mostly the sender. So the figure that isolates the
+transport is its CPU per packet *less* the kernel's cost of the same datagram on
+the same path, measured here by a bare paced ``sendto`` / ``recv_into`` pair of
+threads (``bare_path``): the difference is the transport's own work (cores,
+driver loop, its ACKs).
+"""
+
+from __future__ import annotations
+
+import resource
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+
+from emu.fabric import Fabric
+from emu.netns import entered
+from emu.srv6 import IPV6_RTHDR, srh_bytes
+from transports.harness import TransferResult
+
+BARE_PORT = 4799  # a port no transport uses
+
+
+def driver_cpu(r: TransferResult) -> dict:
+    """CPU per data packet of one run (every driver together), its user / system split,
+    the packets one core sustains at that cost, and each driver's share of a core."""
+    packets = sum(sum(sum(v) for v in d.get("sent_per_ev", {}).values())
+                  for d in r.drivers.values())
+    out: dict = {"data_packets": packets,
+                 "share": {h: round(d["cpu_s"] / d["wall_s"], 3) if d.get("wall_s") else None
+                           for h, d in r.drivers.items()}}
+    if not packets:  # TCP: the kernel does the per-packet work, no datagram count
+        return out
+    cpu = sum(d["cpu_s"] for d in r.drivers.values())
+    user = sum(d.get("cpu_user_s", 0.0) for d in r.drivers.values())
+    verify = sum(d.get("verify_cpu_s", 0.0) for d in r.drivers.values())
+    sys_ = sum(d.get("cpu_sys_s", 0.0) for d in r.drivers.values())
+    wakeups = sum(d.get("wakeups", 0) for d in r.drivers.values())
+    us = cpu / packets * 1e6
+    out.update(us_per_packet=round(us, 2), packets_per_core_s=round(1e6 / us) if us else None,
+               # checking the bytes is user time; it is left out of both
+               user_us=round(max(0.0, user - verify) / packets * 1e6, 2),
+               sys_us=round(sys_ / packets * 1e6, 2),
+               wakeups_per_packet=round(wakeups / packets, 3))
+    return out
+
+
+def _thread_cpu() -> tuple[float, float]:
+    ru = resource.getrusage(resource.RUSAGE_THREAD)
+    return ru.ru_utime, ru.ru_stime
+
+
+def bare_path(fab: Fabric, src: str, dst: str, rate_mbit: float, payload: int,
+              seconds: float = 1.0, srv6: bool = True) -> dict:
+    """The kernel's cost of one datagram from ``src`` to ``dst`` over the fabric: a
+    ``sendto`` loop paced at ``rate_mbit`` and a ``recv_into`` loop, one thread each
+    (each thread's own CPU, RUSAGE_THREAD, so the two are told apart). ``srv6``: the
+    datagrams carry the SRH of the pair's first path, as MRC's do (else: routed)."""
+    spec = fab.spec
+    with entered(fab.node_kernel(dst).fd):
+        rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    with entered(fab.node_kernel(src).fd):
+        tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    rx.bind((str(spec.address(dst)), BARE_PORT))
+    tx.bind((str(spec.address(src)), 0))
+    if srv6:
+        transit = [str(x) for x in spec.paths(src, dst)[0].segments[:-1]]
+        tx.setsockopt(socket.IPPROTO_IPV6, IPV6_RTHDR, srh_bytes(transit))
+    rx.settimeout(0.3)
+    dest = (str(spec.address(dst)), BARE_PORT)
+    gap = payload * 8 / (rate_mbit * 1e6)
+    res: dict = {}
+
+    def send() -> None:
+        buf = bytes(payload)
+        u0, s0 = _thread_cpu()
+        n = 0
+        t = time.monotonic()
+        due, end = t, t + seconds
+        while t < end:
+            if due > t + 0.0005:
+                time.sleep(due - t)
+            try:
+                tx.sendto(buf, dest)
+                n += 1
+            except OSError:
+                pass
+            due += gap
+            t = time.monotonic()
+        u1, s1 = _thread_cpu()
+        res["tx"] = (n, u1 - u0, s1 - s0)
+
+    def recv() -> None:
+        buf = bytearray(payload + 64)
+        u0, s0 = _thread_cpu()
+        n = 0
+        while True:
+            try:
+                rx.recv_into(buf)
+            except TimeoutError:
+                break
+            n += 1
+        u1, s1 = _thread_cpu()
+        res["rx"] = (n, u1 - u0, s1 - s0)
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (recv, send)]
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(seconds + 10)
+    finally:
+        rx.close()
+        tx.close()
+    (sent, tu, ts), (got, ru, rs) = res["tx"], res["rx"]
+    per = max(got, 1)
+    return {"rate_mbit": rate_mbit, "payload": payload, "srv6": srv6, "sent": sent,
+            "received": got,
+            "tx_us": round((tu + ts) / max(sent, 1) * 1e6, 2),
+            "rx_us": round((ru + rs) / per * 1e6, 2),
+            "us_per_packet": round(((tu + ts) / max(sent, 1) + (ru + rs) / per) * 1e6, 2),
+            "sys_share": round((ts + rs) / max(tu + ts + ru + rs, 1e-9), 3)}
+
+
+def summary(values: Sequence[float | None]) -> dict:
+    """Median and [min, max] of the values that are known."""
+    v = [x for x in values if x is not None]
+    if not v:
+        return {"median": None, "min": None, "max": None}
+    return {"median": round(statistics.median(v), 3), "min": round(min(v), 3),
+            "max": round(max(v), 3)}
