@@ -190,8 +190,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                              out_dir=_out_dir(args, "bench-training"))
     elif args.bench == "transport":
         from transports.bench import bench_transport
+        from workloads.bench_allreduce import bench_allreduce_fabric
 
         res = bench_transport(say=_progress, quick=args.quick)
+        res["allreduce"] = bench_allreduce_fabric(say=_progress, quick=args.quick)
     elif args.bench == "explorer":
         from explorer.bench import bench_explorer
 

@@ -6,7 +6,7 @@
 2. Permutation: every host sends to a distinct host off its leaf; aggregate
    goodput as a fraction of the ideal (every NIC of every host busy).
 3. Failure ride-through under BFD + BGP: a long transfer while the leaf-spine
-   link carrying the transport's plane-0 traffic is cut mid-way; goodput
+   link carrying the transport's plane-0 traffic is cut at 40 % of it; goodput
    timeline, and the time lost: completion time with the cut minus without.
 4. CPU (transports/bench_cpu.py): microseconds of driver CPU per data packet
    (user and system), the packet rate one core would sustain, each driver's share
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 
 from emu.counters import interface_packets
-from emu.errors import require_root
+from emu.errors import EmuError, require_root
 from emu.fabric import Fabric
 from emu.failures import LinkDown
 from emu.netns import entered
@@ -147,42 +147,66 @@ def bare_sendto(fab: Fabric, seconds: float = 1.0) -> dict:
         tx.close()
 
 
-def ride_through(size: int, rate: float, say: Callable[[str], None]) -> dict:
-    """MRC vs RC under BGP while the leaf-spine link under RC's plane-0 QP is cut."""
+def ride_through(size: int, rate: float, say: Callable[[str], None], reps: int = 3) -> dict:
+    """RC vs MRC under BGP while the leaf-spine link under the transport's plane-0 traffic
+    is cut, ``reps`` times interleaved (RC, MRC, RC, ...); time lost against the same
+    transfer uncut in the same repetition, median [min-max]."""
     spec = _spec(rate, hosts_per_leaf=1)
-    out: dict = {"bytes": size, "rate_mbit": rate}
+    out: dict = {"bytes": size, "rate_mbit": rate, "reps": reps}
+    runs: dict[str, list[dict]] = {"rc": [], "mrc": []}
     with Fabric(spec, name="ridethru", control_plane="bgp",
                 progress=lambda m: say(f"    fabric: {m}")) as fab:
-        src, dst = spec.hosts[0].name, spec.hosts[-1].name
-        dst_leaf = spec.leaf_of(dst, 0).name
-        for t in ("rc", "mrc"):
-            clean = run_transfers(fab, t, [Transfer(src, dst, size)], deadline_s=120)
-            cut: dict = {}
-
-            def cut_under_traffic(t0: float, fab=fab, cut=cut) -> None:
-                def run() -> None:
-                    time.sleep(max(0.0, t0 + 1.0 - time.monotonic()))
-                    spine = _busiest_spine(fab, 0, dst_leaf)
-                    link = LinkDown(f"{dst_leaf}-{spine}")
-                    cut["link"], cut["at"] = link.link, round(time.monotonic() - t0, 3)
-                    link.apply(fab)
-                    cut["failure"] = link
-                threading.Thread(target=run, daemon=True).start()
-
-            r = run_transfers(fab, t, [Transfer(src, dst, size)], deadline_s=120,
-                              on_start=cut_under_traffic)
-            if "failure" in cut:
-                cut.pop("failure").restore(fab)
-            timeline = r.drivers[dst]["timeline"]
-            lost = round(r.completion_s - clean.completion_s, 3)
-            out[t] = {**_row(r, spec.planes * rate * _efficiency()), "cut": cut,
-                      "clean_completion_s": round(clean.completion_s, 4), "time_lost_s": lost,
-                      "longest_stall_s": _longest_stall(timeline), "timeline": timeline}
-            say(f"  ride-through {t}: cut {cut.get('link')} at {cut.get('at')} s; done in "
-                f"{r.completion_s:.2f} s vs {clean.completion_s:.2f} s without: "
-                f"{lost * 1000:.0f} ms lost")
-            fab.wait_converged(30)
+        for rep in range(reps):
+            for t in runs:
+                runs[t].append(_ride_through_once(fab, t, size, rate))
+                run = runs[t][-1]
+                say(f"  ride-through {t} rep {rep}: cut {run['cut']['link']} at "
+                    f"{run['cut']['at']} s; done in {run['completion_s']:.2f} s vs "
+                    f"{run['clean_completion_s']:.2f} s without: "
+                    f"{run['time_lost_s'] * 1000:.0f} ms lost")
+                fab.wait_converged(30)
+    for t, rs in runs.items():
+        out[t] = {"time_lost_s": summary([r["time_lost_s"] for r in rs]),
+                  "longest_stall_s": summary([r["longest_stall_s"] for r in rs]), "runs": rs}
     return out
+
+
+def _ride_through_once(fab: Fabric, t: str, size: int, rate: float) -> dict:
+    spec = fab.spec
+    src, dst = spec.hosts[0].name, spec.hosts[-1].name
+    dst_leaf = spec.leaf_of(dst, 0).name
+    clean = run_transfers(fab, t, [Transfer(src, dst, size)], deadline_s=120)
+    # cut at 40 % of the clean transfer (less the 0.2 s traffic sample that picks the
+    # busiest spine): mid-transfer whatever the size
+    cut_at = max(0.0, 0.4 * clean.completion_s - 0.2)
+    cut: dict = {}
+    cutters: list[threading.Thread] = []
+
+    def cut_under_traffic(t0: float) -> None:
+        def run() -> None:
+            time.sleep(max(0.0, t0 + cut_at - time.monotonic()))
+            spine = _busiest_spine(fab, 0, dst_leaf)
+            link = LinkDown(f"{dst_leaf}-{spine}")
+            cut["link"], cut["at"] = link.link, round(time.monotonic() - t0, 3)
+            link.apply(fab)
+            cut["failure"] = link
+        cutters.append(threading.Thread(target=run, daemon=True))
+        cutters[-1].start()
+
+    r = run_transfers(fab, t, [Transfer(src, dst, size)], deadline_s=120,
+                      on_start=cut_under_traffic)
+    for th in cutters:
+        th.join(30)
+    if "failure" in cut:
+        cut.pop("failure").restore(fab)
+    if cut.get("at") is None or cut["at"] >= r.completion_s:
+        raise EmuError(f"ride-through {t}: the cut (at {cut.get('at')} s) came after the "
+                       f"transfer ended ({r.completion_s:.2f} s)")
+    timeline = r.drivers[dst]["timeline"]
+    return {**_row(r, spec.planes * rate * _efficiency()), "cut": cut,
+            "clean_completion_s": round(clean.completion_s, 4),
+            "time_lost_s": round(r.completion_s - clean.completion_s, 3),
+            "longest_stall_s": _longest_stall(timeline), "timeline": timeline}
 
 
 def _busiest_spine(fab: Fabric, plane: int, leaf: str) -> str:
@@ -227,7 +251,8 @@ def bench_transport(say: Callable[[str], None] = print, quick: bool = False,
         say(f"permutation ({rate_perm:g} Mbit/s links)")
         out["permutation"] = permutation(fab, (1 if quick else 3) << 20, say)
     say("failure ride-through (BFD + BGP)")
-    out["ride_through"] = ride_through((8 if quick else 24) << 20, 50.0, say)
+    out["ride_through"] = ride_through((8 if quick else 24) << 20, 50.0, say,
+                                       reps=2 if quick else 3)
     bare = out["bare_path"]["us_per_packet"]
     out["cpu"] = {"bare_sendto_loopback": out["bare_sendto"], "bare_path_us": bare}
     for t in ("mrc", "rc"):

@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from transports import wire
@@ -168,14 +169,15 @@ class DblpCore(MrcCore):
     """One end of a DBLP connection (MRC with per-message loss bounds)."""
 
     def __init__(self, conn: int, evs: int, config: MrcConfig | None = None,
-                 rng_seed: int = 0, linger_s: float | None = None) -> None:
+                 rng_seed: int = 0, linger_s: float | None = None,
+                 nics: Sequence[int] | None = None) -> None:
         cfg = config or MrcConfig()
         if linger_s is not None and not linger_s >= 0:
             raise ValueError(f"linger_s={linger_s!r} must be >= 0 seconds (or None: an RTO)")
         self.linger_s = linger_s
         if not cfg.use_crc:
             raise ValueError("DBLP needs MrcConfig.use_crc=True: every chunk carries a CRC32")
-        super().__init__(conn, evs, cfg, rng_seed)
+        super().__init__(conn, evs, cfg, rng_seed, nics)
         self.tx: dict[int, _Tx] = {}
         self.tx_stopped: dict[int, tuple[int, int, int]] = {}  # msg -> (psn lo, hi, len)
         self.rx: dict[int, _Rx] = {}

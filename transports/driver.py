@@ -49,12 +49,14 @@ def message_bytes(seed: int, size: int) -> bytes:
     return random.Random(seed).randbytes(size)
 
 
-def make_core(transport: str, conn: int, evs: int, config: dict, seed: int) -> Core:
-    """A core of ``transport`` ("mrc", "rc") for one connection."""
+def make_core(transport: str, conn: int, evs: int, config: dict, seed: int,
+              nics: list[int] | None = None) -> Core:
+    """A core of ``transport`` ("mrc", "rc", "dblp") for one connection; ``nics``: the NIC
+    (plane) of each EV (MRC, DBLP)."""
     if transport == "mrc":
         from transports.mrc import MrcConfig, MrcCore
 
-        return MrcCore(conn, evs, MrcConfig(**config), seed)
+        return MrcCore(conn, evs, MrcConfig(**config), seed, nics=nics)
     if transport == "rc":
         from transports.rc import RcConfig, RcCore
 
@@ -63,7 +65,7 @@ def make_core(transport: str, conn: int, evs: int, config: dict, seed: int) -> C
         from transports.dblp import DblpCore
         from transports.mrc import MrcConfig
 
-        return DblpCore(conn, evs, MrcConfig(**config), seed)
+        return DblpCore(conn, evs, MrcConfig(**config), seed, nics=nics)
     raise ValueError(f"transport={transport!r} is not a UDP core: use 'mrc', 'rc' or 'dblp'")
 
 
@@ -219,7 +221,8 @@ class Driver:
         self.wakeups = 0
         for c in plan["conns"]:
             core = make_core(self.transport, c["conn"], len(c.get("paths") or [[]]),
-                             plan.get("config", {}), plan.get("seed", 0) * 1000 + c["conn"])
+                             plan.get("config", {}), plan.get("seed", 0) * 1000 + c["conn"],
+                             c.get("nics"))
             self.conns[c["conn"]] = self.socks.conn({"src_addr": self.addr, **c}, core)
         self._send = self.socks.send
 

@@ -52,7 +52,7 @@ class Endpoint:
         self.conns: dict[int, Conn] = {}
         for c in conns:
             core = make_core(transport, c["conn"], len(c.get("paths") or [[]]), config or {},
-                             seed * 1000 + c["conn"])
+                             seed * 1000 + c["conn"], c.get("nics"))
             self.conns[c["conn"]] = self.socks.conn(c, core)
         self.unknown_conn = 0
         self._cmds: deque[tuple] = deque()

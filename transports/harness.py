@@ -34,13 +34,16 @@ DEFAULT_CONFIG = {"mrc": {"rto_max": 2.0}, "rc": {"aimd": True, "rto_max": 2.0},
 def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) -> dict:
     """Host ``a``'s end of connection ``conn`` to ``b``, as a driver/endpoint plan entry.
 
-    MRC/DBLP: every SRv6 path of the pair (transit segments) as its EVs. RC: the
+    MRC/DBLP: every SRv6 path of the pair (transit segments) as its EVs, and the NIC
+    (plane) of each. RC: the
     QP of plane ``lane`` between the hosts' plane addresses, with one fixed source
     port (ECMP picks its spine). TCP: the loopbacks.
     """
     c: dict = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
     if transport in ("mrc", "dblp"):
-        c["paths"] = [[str(s) for s in p.segments[:-1]] for p in spec.paths(a, b)]
+        paths = spec.paths(a, b)
+        c["paths"] = [[str(s) for s in p.segments[:-1]] for p in paths]
+        c["nics"] = [p.plane for p in paths]  # the NIC (plane) each EV leaves by
     elif transport == "rc":
         if not hasattr(spec, "plane_address"):
             raise EmuError("rc needs a single-DC fabric: its per-plane QP addresses are not "

@@ -58,6 +58,7 @@ import heapq
 import random
 from bisect import bisect_right
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from transports import wire
@@ -134,9 +135,14 @@ class MrcCore(LossDetection, MessageCore):
     """One end of an MRC connection over ``evs`` paths."""
 
     def __init__(self, conn: int, evs: int, config: MrcConfig | None = None,
-                 rng_seed: int = 0) -> None:
+                 rng_seed: int = 0, nics: Sequence[int] | None = None) -> None:
         if evs < 1 or evs > 0xFFFF:
             raise ValueError("evs must be in 1..65535")
+        if nics is not None and len(nics) != evs:
+            raise ValueError(f"nics has {len(nics)} entries for {evs} EVs: one NIC per EV")
+        # The NIC (plane) each EV leaves by: a packet whose EV is out of service goes to
+        # another EV of the same NIC, so every NIC keeps its share of the load
+        self.nic_of = list(nics) if nics is not None else None
         cfg = config or MrcConfig()
         self.conn = conn
         self.evs = evs
@@ -146,7 +152,7 @@ class MrcCore(LossDetection, MessageCore):
         self._done: list[Completion] = []
         self.reasm = Reassembly(cfg.unposted_limit, self.stats, self._done)
         self.cc = Nscc(cfg.nscc, cfg.mtu_payload + HEADER_LEN)
-        self.sel = make_selector(cfg.selector, evs, self.rng)
+        self.sel = make_selector(cfg.selector, evs, self.rng, nics)
         self.failed: str | None = None
         # sender
         self.snd_una = 0
@@ -459,7 +465,13 @@ class MrcCore(LossDetection, MessageCore):
         active = self.paths.active
         ev = self.sel.next_ev(psn)
         if self.state[ev] != EV_GOOD:
-            ev = active[psn % len(active)]
+            nic_of = self.nic_of
+            if nic_of is not None:  # its NIC's other EVs in service, if any
+                nic = nic_of[ev]
+                same = [e for e in active if nic_of[e] == nic]
+                ev = same[psn % len(same)] if same else active[psn % len(active)]
+            else:
+                ev = active[psn % len(active)]
         if ev == avoid and len(active) > 1:
             for _ in range(len(active)):
                 ev = self.sel.next_ev(psn)

@@ -13,7 +13,11 @@ balances load among the EVs it was told are active, and must return one of them.
 
 Policies:
 - ``Oblivious`` (**the default**): a fresh random permutation of the active EVs,
-  cycled; every active EV gets the same share (htsim "oblivious"). Why the
+  cycled; every active EV gets the same share (htsim "oblivious"). Given each EV's
+  NIC (plane), the NICs take turns and each cycles its own active EVs: a cut spine
+  link then costs its plane one path, not its NIC a share of the load (without it,
+  plane 0 with 3 of its 4 paths left got 3/7 of the packets and the transfer ran at
+  7/8 of the rate until the link came back). Why the
   default: failures are already handled by the core, which retires an EV on its
   first loss or timeout and re-admits it only after a probe, so the selector's
   job is balance; on a permutation that fills every leaf uplink exactly, equal
@@ -50,13 +54,23 @@ class PathSelector(Protocol):
 
 
 class Oblivious:
-    """Random permutation of the active EVs, cycled, a new permutation per round."""
+    """Random permutation of the active EVs, cycled, a new permutation per round.
 
-    def __init__(self, evs: int, rng: random.Random) -> None:
+    With ``nics`` (the NIC, i.e. plane, of each EV) the NICs take turns and each cycles
+    a permutation of its own active EVs: every NIC keeps an equal share of the packets
+    when some of its EVs are out of service (a cut spine link), instead of the planes
+    with more surviving EVs taking more than their NIC can carry."""
+
+    def __init__(self, evs: int, rng: random.Random,
+                 nics: Sequence[int] | None = None) -> None:
         self.rng = rng
-        self.active: list[int] = list(range(evs))
+        self.nics = list(nics) if nics is not None else None
+        self.active: list[int] = []
         self.perm: list[int] = []
         self.pos = 0
+        self.groups: list[list] = []  # per NIC with active EVs: [members, perm, pos]
+        self.turn = 0
+        self.set_active(range(evs))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(active={self.active})"
@@ -65,8 +79,25 @@ class Oblivious:
         self.active = list(evs)
         self.perm = []
         self.pos = 0
+        if self.nics is not None:
+            by_nic: dict[int, list[int]] = {}
+            for ev in self.active:
+                by_nic.setdefault(self.nics[ev], []).append(ev)
+            self.groups = [[members, [], 0] for _, members in sorted(by_nic.items())]
+            self.turn = 0
 
     def _next_in_perm(self) -> int:
+        groups = self.groups
+        if groups:
+            g = groups[self.turn % len(groups)]
+            self.turn += 1
+            if g[2] >= len(g[1]):
+                g[1] = g[0][:]
+                self.rng.shuffle(g[1])
+                g[2] = 0
+            ev = g[1][g[2]]
+            g[2] += 1
+            return ev
         if self.pos >= len(self.perm):
             self.perm = self.active[:]
             self.rng.shuffle(self.perm)
@@ -87,8 +118,9 @@ class Bitmap(Oblivious):
 
     PENALTY = {GOOD: 0, DELAY: 1, NACK: 4, TIMEOUT: 15}
 
-    def __init__(self, evs: int, rng: random.Random, max_penalty: int = 15) -> None:
-        super().__init__(evs, rng)
+    def __init__(self, evs: int, rng: random.Random, nics: Sequence[int] | None = None,
+                 max_penalty: int = 15) -> None:
+        super().__init__(evs, rng, nics)
         self.penalty = [0] * evs
         self.max_penalty = max_penalty
 
@@ -170,9 +202,14 @@ class Reps:
 SELECTORS = {"oblivious": Oblivious, "bitmap": Bitmap, "reps": Reps}
 
 
-def make_selector(name: str, evs: int, rng: random.Random) -> PathSelector:
+def make_selector(name: str, evs: int, rng: random.Random,
+                  nics: Sequence[int] | None = None) -> PathSelector:
+    """Selector ``name`` over ``evs`` EVs; ``nics``: each EV's NIC, for the selectors that
+    balance NICs (oblivious, bitmap)."""
     try:
         cls = SELECTORS[name]
     except KeyError:
         raise ValueError(f"selector={name!r}: one of {sorted(SELECTORS)}") from None
+    if nics is not None and cls is not Reps:
+        return cls(evs, rng, nics)
     return cls(evs, rng)

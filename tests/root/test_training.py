@@ -300,3 +300,15 @@ def test_bad_transport_for_pipeline_is_refused():
         experiment.parse({"name": "p", "transport": {"name": "gloo"},
                           "workload": {"kind": "pipeline", "model": "digits_cnn",
                                        "workers": 2, "steps": 3}})
+
+
+def test_ring_allreduce_bench_is_exact_and_near_its_bound_for_every_transport(fab):
+    """The all-reduce bench on this fabric: every rank's buffer is the exact sum for MRC,
+    RC and gloo, and each iteration is no faster than the ring's bandwidth bound."""
+    from workloads.bench_allreduce import bench_allreduce
+
+    res = bench_allreduce(fab, ["h0", "h3"], sizes=(256 << 10,), reps=1)
+    (size,) = res["sizes"].values()
+    for t in ("mrc", "rc", "gloo"):
+        assert size[t]["warm_x_bound"]["min"] >= 0.95  # nothing beats the wire
+        assert len(size[t]["warm_s"]) == 1

@@ -57,14 +57,25 @@ def test_rc_keeps_each_connection_on_one_path(fab):
         assert len(used) == 1, moved  # one QP per plane, one spine each (ECMP hash)
 
 
+def nic_tx(fab: Fabric) -> dict[str, int]:
+    """Packets the source sent out of each of its NICs (one per plane)."""
+    c = interface_packets(fab.kernels[SRC])
+    return {f"p{p}": c[f"p{p}"][1] for p in range(SPEC.planes)}
+
+
 def test_mrc_rides_through_a_spine_link_cut_mid_transfer(fab):
+    """A plane-0 spine link cut mid-transfer: MRC delivers every byte, and after the cut
+    both NICs still carry half of the packets each (plane 0 has one spine path left,
+    plane 1 two: spraying evenly over the three would load plane 1's NIC twice as
+    much as plane 0's)."""
     cut = LinkDown("p0l1-p0s1")
-    done = {}
+    done: dict = {}
 
     def cut_later(t0: float) -> None:
         def run() -> None:
             time.sleep(max(0.0, t0 + 0.3 - time.monotonic()))
             cut.apply(fab)
+            done["tx"] = nic_tx(fab)
             done["cut"] = True
         threading.Thread(target=run, daemon=True).start()
 
@@ -75,6 +86,9 @@ def test_mrc_rides_through_a_spine_link_cut_mid_transfer(fab):
             cut.restore(fab)
     assert done.get("cut") and r.ok, r.messages
     assert r.completion_s > 0.3  # the cut really happened mid-transfer
+    after = {nic: n - done["tx"][nic] for nic, n in nic_tx(fab).items()}
+    assert after["p0"] > 100 and after["p1"] > 100, after
+    assert 0.45 <= after["p0"] / (after["p0"] + after["p1"]) <= 0.55, after
 
 
 def test_tcp_rounds_are_chained(fab):

@@ -70,3 +70,26 @@ def test_reps_freezes_on_timeout_then_explores():
 def test_make_selector_rejects_unknown():
     with pytest.raises(ValueError):
         make_selector("ecmp", 4, random.Random(0))
+
+
+@pytest.mark.parametrize("cls", [Oblivious, Bitmap])
+def test_nics_keep_equal_shares_when_some_of_their_evs_are_out(cls):
+    nics = [0, 0, 0, 0, 1, 1, 1, 1]
+    sel = make_selector(cls.__name__.lower(), 8, random.Random(1), nics)
+    assert isinstance(sel, cls)
+    sel.set_active([1, 2, 3, 4, 5, 6, 7])  # EV 0 (NIC 0) out of service
+    picks = Counter(sel.next_ev(i) for i in range(4200))
+    per_nic = Counter(nics[ev] for ev in picks.elements())
+    assert per_nic[0] == per_nic[1] == 2100  # not 3/7 and 4/7 of the packets
+    assert 0 not in picks
+    assert {picks[e] for e in (1, 2, 3)} == {700} and {picks[e] for e in (4, 5, 6, 7)} == {525}
+    # without the NICs: an equal share per EV, so NIC 1 carries 4/7
+    plain = make_selector(cls.__name__.lower(), 8, random.Random(1))
+    plain.set_active([1, 2, 3, 4, 5, 6, 7])
+    assert sum(nics[plain.next_ev(i)] for i in range(4200)) == 2400
+
+
+def test_a_nic_with_no_active_ev_leaves_the_others_all_the_packets():
+    sel = Oblivious(4, random.Random(2), nics=[0, 0, 1, 1])
+    sel.set_active([2, 3])
+    assert set(Counter(sel.next_ev(i) for i in range(100))) == {2, 3}
