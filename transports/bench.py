@@ -43,11 +43,13 @@ PAYLOAD = 8000
 WIRE_OVERHEAD = 14 + 40 + 8 + HEADER_LEN  # Ethernet, IPv6, UDP, our header (SRH aside)
 
 
-def _efficiency() -> float:
+def payload_efficiency() -> float:
+    """The share of a link's rate that carries payload (8000-byte datagrams)."""
     return PAYLOAD / (PAYLOAD + WIRE_OVERHEAD)
 
 
-def _spec(rate: float, hosts_per_leaf: int = 4, queue: int = 64) -> MultiPlaneClos:
+def bench_spec(rate: float, hosts_per_leaf: int = 4, queue: int = 64) -> MultiPlaneClos:
+    """The transport bench's fabric: 2 planes x 4 spines x 4 racks, ``rate`` Mbit/s links."""
     link = LinkSpec(rate, queue)
     return MultiPlaneClos(planes=2, spines=4, leaves=4, hosts_per_leaf=hosts_per_leaf,
                           host_link=link, fabric_link=link)
@@ -60,7 +62,7 @@ def single(fab: Fabric, size: int, say: Callable[[str], None], reps: int = 3) ->
     spec = fab.spec
     src, dst = spec.hosts[0].name, spec.hosts[-1].name
     rate = spec.host_link.rate_mbit
-    bound = spec.planes * rate * _efficiency()
+    bound = spec.planes * rate * payload_efficiency()
     out: dict = {"src": src, "dst": dst, "bytes": size, "rate_mbit": rate,
                  "bound_mbit": round(bound, 2), "reps": reps}
     runs: dict[str, list[dict]] = {t: [] for t in TRANSPORTS}
@@ -98,7 +100,7 @@ def permutation(fab: Fabric, size: int, say: Callable[[str], None]) -> dict:
     hosts = [h.name for h in spec.hosts]
     k = spec.hosts_per_leaf
     transfers = [Transfer(hosts[i], hosts[(i + k) % len(hosts)], size) for i in range(len(hosts))]
-    ideal = len(hosts) * spec.planes * spec.host_link.rate_mbit * _efficiency()
+    ideal = len(hosts) * spec.planes * spec.host_link.rate_mbit * payload_efficiency()
     out = {"flows": len(transfers), "bytes_each": size, "ideal_mbit": round(ideal, 2)}
     runs = [(t, t, None) for t in TRANSPORTS] + [
         (f"mrc_{sel}", "mrc", {"rto_max": 2.0, "selector": sel}) for sel in SELECTORS]
@@ -151,7 +153,7 @@ def ride_through(size: int, rate: float, say: Callable[[str], None], reps: int =
     """RC vs MRC under BGP while the leaf-spine link under the transport's plane-0 traffic
     is cut, ``reps`` times interleaved (RC, MRC, RC, ...); time lost against the same
     transfer uncut in the same repetition, median [min-max]."""
-    spec = _spec(rate, hosts_per_leaf=1)
+    spec = bench_spec(rate, hosts_per_leaf=1)
     out: dict = {"bytes": size, "rate_mbit": rate, "reps": reps}
     runs: dict[str, list[dict]] = {"rc": [], "mrc": []}
     with Fabric(spec, name="ridethru", control_plane="bgp",
@@ -203,7 +205,7 @@ def _ride_through_once(fab: Fabric, t: str, size: int, rate: float) -> dict:
         raise EmuError(f"ride-through {t}: the cut (at {cut.get('at')} s) came after the "
                        f"transfer ended ({r.completion_s:.2f} s)")
     timeline = r.drivers[dst]["timeline"]
-    return {**_row(r, spec.planes * rate * _efficiency()), "cut": cut,
+    return {**_row(r, spec.planes * rate * payload_efficiency()), "cut": cut,
             "clean_completion_s": round(clean.completion_s, 4),
             "time_lost_s": round(r.completion_s - clean.completion_s, 3),
             "longest_stall_s": _longest_stall(timeline), "timeline": timeline}
@@ -236,7 +238,7 @@ def bench_transport(say: Callable[[str], None] = print, quick: bool = False,
     """Run the whole transport benchmark; returns the results."""
     require_root("emu bench transport")
     out: dict = {}
-    with Fabric(_spec(rate_single), name="benchtp",
+    with Fabric(bench_spec(rate_single), name="benchtp",
                 progress=lambda m: say(f"    fabric: {m}")) as fab:
         say(f"single connection ({rate_single:g} Mbit/s links)")
         out["single"] = single(fab, (8 if quick else 32) << 20, say, reps=2 if quick else 3)
@@ -246,7 +248,7 @@ def bench_transport(say: Callable[[str], None] = print, quick: bool = False,
         say(f"  bare path {src} -> {dst}: {out['bare_path']['us_per_packet']:.1f} us of "
             f"kernel CPU per datagram (send {out['bare_path']['tx_us']:.1f}, receive "
             f"{out['bare_path']['rx_us']:.1f})")
-    with Fabric(_spec(rate_perm), name="benchtp",
+    with Fabric(bench_spec(rate_perm), name="benchtp",
                 progress=lambda m: say(f"    fabric: {m}")) as fab:
         say(f"permutation ({rate_perm:g} Mbit/s links)")
         out["permutation"] = permutation(fab, (1 if quick else 3) << 20, say)

@@ -175,10 +175,10 @@ def bench_allreduce(fab, hosts: list[str], sizes: Sequence[int] = (1 << 20, 8 <<
                     say: Callable[[str], None] = print) -> dict:
     """Ring all-reduce of each size over ``hosts`` (one rank each) for every transport,
     ``reps`` repetitions interleaved; times against the ring's bound."""
-    from transports.bench import _efficiency
+    from transports.bench import payload_efficiency
 
     spec = fab.spec
-    rate = spec.planes * spec.host_link.rate_mbit * 1e6 / 8 * _efficiency()
+    rate = spec.planes * spec.host_link.rate_mbit * 1e6 / 8 * payload_efficiency()
     out: dict = {"hosts": list(hosts), "ranks": len(hosts), "reps": reps,
                  "rank_rate_mbit": round(rate * 8 / 1e6, 2), "sizes": {}}
     for nbytes in sizes:
@@ -208,9 +208,9 @@ def bench_allreduce_fabric(say: Callable[[str], None] = print, quick: bool = Fal
     """``bench_allreduce`` on its own fabric (the transport bench's, at ``rate_mbit``):
     4 ranks, one per rack."""
     from emu.fabric import Fabric
-    from transports.bench import _spec
+    from transports.bench import bench_spec
 
-    spec = _spec(rate_mbit)
+    spec = bench_spec(rate_mbit)
     hosts = [h.name for h in spec.hosts][::spec.hosts_per_leaf]  # the first of each rack
     with Fabric(spec, name="benchar", progress=lambda m: say(f"    fabric: {m}")) as fab:
         say(f"ring all-reduce, {len(hosts)} ranks one per rack ({rate_mbit:g} Mbit/s links)")
