@@ -36,3 +36,21 @@ def test_time_lost_is_never_negative():
               "kind": "fail_link", "link": "a-b", "t_s": 0.095, "fired": 0.095}]
     s = summarize(steps + event, "x", 0)
     assert s["failure_lost_s"] == 0.0
+
+
+def test_paired_time_to_target_ratios_per_repetition():
+    from workloads.bench_training import paired_targets
+
+    def rec(label, rep, tt):
+        return {"label": label, "rep": rep, "time_to_target_s": tt}
+
+    per_rep = [rec("mrc/healthy", 0, 2.0), rec("mrc/link_cut", 0, 2.1),
+               rec("mrc/healthy", 1, 3.0), rec("mrc/link_cut", 1, 3.0),
+               rec("mrc/healthy", 2, 2.5), rec("mrc/link_cut", 2, None),  # never reached
+               rec("rc/healthy", 0, 2.0), rec("rc/bursts", 0, 3.0)]
+    out = paired_targets(per_rep)
+    # repetition by repetition (same seed), not median over median
+    assert out["mrc_link_cut_time_to_target_vs_healthy_paired"] == {
+        "median": 1.025, "min": 1.0, "max": 1.05}
+    assert out["rc_bursts_time_to_target_vs_healthy_paired"]["median"] == 1.5
+    assert "gloo_link_cut_time_to_target_vs_healthy_paired" not in out
