@@ -32,6 +32,7 @@ import numpy as np
 from emu import childproto
 from emu.errors import EmuError
 from emu.launch import ChildGroup
+from transports.bench_cpu import summary
 from transports.harness import DEFAULT_CONFIG
 
 TRANSPORTS = ("mrc", "rc", "gloo")
@@ -61,27 +62,6 @@ def iteration_times(per_rank: Sequence[Sequence[tuple[float, float]]]) -> list[f
 # -- the rank's process ---------------------------------------------------------------------
 
 
-def _gloo(cfg: dict):
-    import datetime
-
-    import torch.distributed as dist
-
-    addr = cfg["addr"]
-
-    def make(store, rank, size, timeout):
-        opts = dist.ProcessGroupGloo._Options()
-        # gloo's default device is the hostname's address, which the namespaces lack
-        opts._devices = [dist.ProcessGroupGloo.create_device(hostname=addr)]
-        opts._timeout = timeout
-        return dist.ProcessGroupGloo(store, rank, size, opts)
-
-    dist.Backend.register_backend("fabricgloo", make, devices=["cpu"])
-    dist.init_process_group("fabricgloo", init_method=f"tcp://[{cfg['master']}]:{GLOO_PORT}",
-                            rank=cfg["rank"], world_size=cfg["size"],
-                            timeout=datetime.timedelta(seconds=120))
-    return dist
-
-
 def run_rank(cfg: dict) -> dict:
     """Time the all-reduces of one rank (inside its namespace)."""
     n = cfg["nbytes"] // 4
@@ -90,7 +70,10 @@ def run_rank(cfg: dict) -> dict:
         import torch
 
         torch.set_num_threads(1)
-        dist = _gloo(cfg)
+        from workloads.gloo import init_gloo
+
+        dist = init_gloo(cfg["addr"], cfg["master"], GLOO_PORT, cfg["rank"], cfg["size"],
+                         timeout_s=120.0)
         tensor = torch.from_numpy(buf)
 
         def once() -> None:
@@ -133,11 +116,6 @@ def main() -> int:
 
 
 # -- the parent -----------------------------------------------------------------------------
-
-
-def _spread(v: Sequence[float]) -> dict:
-    return {"median": round(statistics.median(v), 3), "min": round(min(v), 3),
-            "max": round(max(v), 3)}
 
 
 def _run(fab, transport: str, hosts: list[str], nbytes: int, iters: int,
@@ -196,8 +174,8 @@ def bench_allreduce(fab, hosts: list[str], sizes: Sequence[int] = (1 << 20, 8 <<
                     f"({bound * 1e3:.1f} ms); the first {times[0] / bound:.2f} x")
         out["sizes"][str(nbytes)] = {
             "bound_s": round(bound, 6), "iters": iters,
-            **{t: {"warm_x_bound": _spread([x / bound for x in warm[t]]),
-                   "cold_x_bound": _spread([x / bound for x in cold[t]]),
+            **{t: {"warm_x_bound": summary([x / bound for x in warm[t]]),
+                   "cold_x_bound": summary([x / bound for x in cold[t]]),
                    "warm_s": [round(x, 6) for x in warm[t]],
                    "cold_s": [round(x, 6) for x in cold[t]]} for t in transports}}
     return out

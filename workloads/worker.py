@@ -41,7 +41,6 @@ to the next rank over the transport), then the backwards in reverse order
 
 from __future__ import annotations
 
-import datetime
 import os
 import sys
 import time
@@ -88,21 +87,10 @@ def lr_at(cfg: WorkerConfig, step: int) -> float:
 
 def _gloo_group(cfg: WorkerConfig):
     """torch.distributed's default group: gloo on this host's fabric address."""
-    import torch.distributed as dist
+    from workloads.gloo import init_gloo
 
-    addr = cfg.addr
-
-    def make(store, rank, size, timeout):
-        opts = dist.ProcessGroupGloo._Options()
-        # Gloo's default device is the hostname's address, which the namespaces lack.
-        opts._devices = [dist.ProcessGroupGloo.create_device(hostname=addr)]
-        opts._timeout = timeout
-        return dist.ProcessGroupGloo(store, rank, size, opts)
-
-    dist.Backend.register_backend("fabricgloo", make, devices=["cpu"])
-    dist.init_process_group("fabricgloo", init_method=f"tcp://[{cfg.master_addr}]:"
-                            f"{cfg.master_port}", rank=cfg.rank, world_size=cfg.size,
-                            timeout=datetime.timedelta(seconds=cfg.pg_timeout_s))
+    dist = init_gloo(cfg.addr, cfg.master_addr, cfg.master_port, cfg.rank, cfg.size,
+                     cfg.pg_timeout_s)
     return dist.group.WORLD
 
 
