@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import resource
 import select
@@ -30,6 +31,7 @@ import socket
 import struct
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 
 from emu import childproto
@@ -42,6 +44,7 @@ from transports.wire import DATA, FLAG_TAIL, UDP_PORT
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
 PAGE = 4096
 RX_BATCH = 64  # datagrams read per wake-up before timers are served
+MAX_INTERNAL_ERRORS = 5  # tracebacks kept of a core raising on a datagram
 
 
 def message_bytes(seed: int, size: int) -> bytes:
@@ -93,15 +96,18 @@ class HostSockets:
     """A host's UDP sockets: one receive socket on the transport port (all its
     addresses) and one send socket per distinct path (SRH) or per (source, port)."""
 
-    def __init__(self) -> None:
+    def __init__(self, addr: str = "::", port: int = UDP_PORT) -> None:
         self.rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        self.rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
-        self.rx.bind(("::", UDP_PORT))  # the loopback and the per-plane addresses
+        if os.geteuid() == 0:
+            self.rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
+        self.rx.bind((addr, port))  # "::": the loopback and the per-plane addresses
         self.rx.setblocking(False)
         self.path_socks: dict[tuple[str, ...], socket.socket] = {}
         self._buf = bytearray(65536)
         self._view = memoryview(self._buf)
         self.host_delay = HostDelay()
+        # a core that raised on a datagram: the first tracebacks (the rest are counted)
+        self.internal_errors: list[str] = []
 
     def conn(self, c: dict, core: Core) -> Conn:
         """The ``Conn`` of plan entry ``c`` (see transports.harness.conn_spec)."""
@@ -153,8 +159,21 @@ class HostSockets:
             if conn is None:
                 unknown += 1
                 continue
-            send(conn, conn.core.on_packet(view[:n], now))
+            try:
+                txs = conn.core.on_packet(view[:n], now)
+            except Exception:  # a bug one datagram reaches must not end the host's transport
+                self._internal_error(conn)
+                continue
+            send(conn, txs)
         return unknown
+
+    def _internal_error(self, conn: Conn) -> None:
+        """Count a core's exception (its stats' ``internal_error``), keep its traceback."""
+        stats = getattr(conn.core, "stats", None)
+        if stats is not None:
+            stats["internal_error"] = stats.get("internal_error", 0) + 1
+        if len(self.internal_errors) < MAX_INTERNAL_ERRORS:
+            self.internal_errors.append(traceback.format_exc())
 
     def woke(self, wake: float, now: float, conns: dict[int, Conn]) -> None:
         """The loop's wait for a timer due at ``wake`` returned at ``now``: its lateness
@@ -314,6 +333,7 @@ class Driver:
             "sent_per_ev": {c: conn.sent_per_ev for c, conn in self.conns.items()},
             "stats": {c: dict(getattr(conn.core, "stats", {})) for c, conn in self.conns.items()},
             "unknown_conn": self.malformed_conn,
+            "internal_errors": self.socks.internal_errors,
         }
 
     def _post_recv(self, r: dict, bufs: dict, now: float) -> None:

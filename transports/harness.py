@@ -81,7 +81,14 @@ class TransferResult:
 
     @property
     def ok(self) -> bool:
-        return all(m["ok"] and m.get("sha256_ok", True) for m in self.messages)
+        """Every message delivered intact, and no core raised on a datagram."""
+        return (all(m["ok"] and m.get("sha256_ok", True) for m in self.messages)
+                and not self.internal_errors)
+
+    @property
+    def internal_errors(self) -> list[str]:
+        """Tracebacks of cores that raised on a datagram (dropped, the driver went on)."""
+        return [e for d in self.drivers.values() for e in d.get("internal_errors", ())]
 
     @property
     def completion_s(self) -> float:

@@ -12,7 +12,8 @@ message completes when every byte has been placed.
 
 Data for a message that was not posted yet: the bytes go into a bytearray of the
 message's length allocated on first arrival, as long as the core's total of such
-unposted bytes stays within ``unposted_limit`` (beyond it the packet is dropped,
+unposted bytes, each message also charged ``UNPOSTED_MSG_COST`` for its
+bookkeeping, stays within ``unposted_limit`` (beyond it the packet is dropped,
 counted as ``unposted_limit``, and *not acknowledged*, so the sender retransmits
 it later). When ``post_recv`` comes, what was received is **copied** into the
 posted buffer and placement continues there; a message that completed before it
@@ -32,6 +33,9 @@ from transports.api import Completion
 
 # place() results
 PLACED, DUPLICATE, DROPPED = 0, 1, 2
+# What an unposted message costs against ``unposted_limit`` besides its bytes: its
+# bookkeeping (~700 B measured), so a peer cannot grow it with 0-byte messages for free
+UNPOSTED_MSG_COST = 768
 
 
 class IntervalSet:
@@ -198,7 +202,7 @@ class Reassembly:
             return
         for s, e in m.got.ranges():  # copy what arrived before the post
             view[s:e] = m.buf[s:e]
-        self.unposted_bytes -= m.msg_len
+        self.unposted_bytes -= m.msg_len + UNPOSTED_MSG_COST
         m.buf, m.own, m.posted = view, None, True
         if m.complete():
             del self.msgs[msg]
@@ -208,13 +212,14 @@ class Reassembly:
         """Copy one packet's payload into its message; PLACED, DUPLICATE or DROPPED."""
         m = self.msgs.get(msg)
         if m is None:
-            if self.unposted_bytes + msg_len > self.unposted_limit:
+            cost = msg_len + UNPOSTED_MSG_COST
+            if self.unposted_bytes + cost > self.unposted_limit:
                 self._count("unposted_limit")
                 return DROPPED
             own = bytearray(msg_len)
             m = RecvMsg(msg, memoryview(own), msg_len, False, own)
             self.msgs[msg] = m
-            self.unposted_bytes += msg_len
+            self.unposted_bytes += cost
         elif m.msg_len != msg_len:
             self._count("msg_len_mismatch")
             return DROPPED

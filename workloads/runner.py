@@ -398,6 +398,7 @@ def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: ResultsWriter,
     cfgs = worker_configs(exp, seed, compute_ms, next_gate(0))
     prog = Progress(f"{label} rep {rep}", w.steps, say)
     agg = StepAggregator(len(cfgs))
+    internal: list[tuple[int, str]] = []  # (rank, traceback): a core raised on a datagram
 
     def on_record(rec: Any) -> None:
         if isinstance(rec, StepRecord):
@@ -417,6 +418,8 @@ def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: ResultsWriter,
         elif isinstance(rec, Done):
             writer.write("worker_done", rep=rep, label=label, rank=rec.rank, steps=rec.steps,
                          overruns=rec.overruns, comm=dict(rec.comm))
+            for tb in rec.comm.get("internal_errors", ()):
+                internal.append((rec.rank, tb))
 
     def on_gate(step: int) -> int | None:
         # Every rank's record of ``step`` is in (each rank reports its step before
@@ -439,6 +442,11 @@ def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: ResultsWriter,
         job.start(t0)
         job.wait(timeout_s, on_gate if gated else None)
         prog.close()
+        if internal:  # the engines dropped those datagrams and went on: the run is suspect
+            rank, tb = internal[0]
+            raise EmuError(f"the transport of rank {rank} raised on a received datagram "
+                           f"({len(internal)} tracebacks in the results); the last line: "
+                           f"{tb.strip().splitlines()[-1]}")
         stats = agg.overruns() if w.compute == "modelled" else None
         return RunOutcome(label, rep, True, overruns=stats, allow_overruns=w.allow_overruns)
     except EmuError as e:

@@ -262,6 +262,7 @@ def comm_stats(comm) -> dict:
     hd = ep.socks.host_delay
     return {"bytes_sent": comm.bytes_sent, "bytes_received": comm.bytes_received,
             "unknown_conn": ep.unknown_conn, "cores": totals,
+            "internal_errors": ep.socks.internal_errors,
             # the engine's scheduling: real-time or not (why not), and its measured delay
             "engine": {"realtime": ep.realtime, "realtime_error": ep.realtime_error,
                        "host_delay_peak_ms": round(hd.peak * 1e3, 3),
