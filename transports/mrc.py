@@ -1,5 +1,15 @@
 """MRC: a multipath reliable connection core (sans-I/O), sender and receiver in one object.
 
+The core is made of parts with one job each: the ``Sender`` (transports/sender.py:
+PSNs, packets in flight, spraying, the window), the ``LossDetector``
+(transports/lossdetect.py: rules A/B/C, blame, undo, the retry budget), the
+``EvTable`` (transports/evtable.py: per-EV states as one explicit transition table,
+probes), the ``Receiver`` (transports/receiver.py, shared with RC: PSN state, SACK,
+ACK coalescing) and the NSCC window (transports/cc.py). ``MrcCore`` routes datagrams
+and timers to them. A ``CorePolicy`` (DBLP's bounded loss, transports/dblp.py) may be
+plugged in: it sees DATA before placement, STOP/STOP_OK control ACKs, timers and
+deadlines, and its send half decides what is retransmitted.
+
 ``MrcCore(conn, evs, config, rng_seed)`` is one end of a connection whose peer
 is reached over ``evs`` paths (EVs ``0..evs-1``). Both ends use the same ``conn``
 id; packets carrying another id are counted (``wrong_conn``) and dropped.
@@ -12,7 +22,7 @@ oldest unacknowledged one. The window compares each ACK's RTT with the base RTT 
 the EV it was measured on (per-EV, windowed); an EV re-admitted after a failure
 learns its base again (the route behind it may have changed).
 
-Receiving (transports/mrcrx.py). DATA is placed straight into the message's buffer
+Receiving (transports/receiver.py). DATA is placed straight into the message's buffer
 at its offset; ACKs carry the cumulative ack, SACK blocks, ``ts_echo`` (the
 triggering packet's ``ts`` plus the time the ACK was held) and that packet's EV;
 they are coalesced, but sent at once for FLAG_ACK_REQ, a gap and a duplicate.
@@ -20,7 +30,7 @@ they are coalesced, but sent at once for FLAG_ACK_REQ, a gap and a duplicate.
 on**: the driver must map EV i to the same path (plane, spines) in both
 directions, so that a probe answered proves the path round trip.
 
-Loss detection, blame and timeouts (transports/mrcloss.py): A (a later packet on
+Loss detection, blame and timeouts (transports/lossdetect.py): A (a later packet on
 the same EV acknowledged), B (``dupthresh`` later transmissions acknowledged, with
 RACK timing), C (per-packet RTO, with a floor in RTTs). A loss is blamed on its EV
 (which is retired) only when a transmission sent after it got through; an RTO
@@ -30,7 +40,7 @@ a full ACK, tells whether the packet got through (then nothing is resent) or not
 (then it is lost: the probe is the transmission after it that got through).
 Spurious retransmissions are counted and a wrong blame is undone (Eifel-style).
 
-Per-EV states (transports/evstate.py): GOOD (carries data), ASSUMED_BAD (retired
+Per-EV states (transports/evtable.py): GOOD (carries data), ASSUMED_BAD (retired
 after a loss blamed on it; probed with PROBE packets, ``probe_min``..``probe_max``
 with doubling backoff, re-admitted when a PROBE_ACK answers or a loss is undone),
 DENIED (``deny(ev)``, by a controller; ``allow(ev)`` makes it ASSUMED_BAD and
@@ -54,34 +64,34 @@ packets, ~34 TB at 8000 B per packet, per connection).
 
 from __future__ import annotations
 
-import heapq
 import random
-from bisect import bisect_right
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from transports import wire
 from transports.api import Completion, Tx
 from transports.cc import Nscc, NsccConfig
-from transports.evstate import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, EvStates  # noqa: F401
-from transports.message import IntervalSet, MessageCore, OutMsg, Reassembly, SentPacket
-from transports.mrcloss import LossDetection
-from transports.mrcrx import MrcReceiver
-from transports.pathsel import DELAY, GOOD, NACK, make_selector
-from transports.rto import RttEstimator, check_rto_config
+from transports.evtable import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, EvTable  # noqa: F401
+from transports.lossdetect import LossDetector
+from transports.message import MessageCore, Reassembly
+from transports.pathsel import NACK, make_selector
+from transports.receiver import Receiver
+from transports.rto import check_rto_config
+from transports.sender import Sender
 from transports.spurious import RetxLedger
 from transports.wire import (
     ACK,
     DATA,
     FLAG_ACK_REQ,
-    FLAG_LAST,
-    FLAG_RETX,
     FLAG_SACK,
-    FLAG_TAIL,
+    FLAG_STOP,
+    FLAG_STOP_OK,
     HEADER_LEN,
     PROBE,
     PROBE_ACK,
+    SACK_BLOCK,
     pack_header,
 )
 
@@ -131,7 +141,28 @@ class MrcConfig:
             raise ValueError("need 0 < probe_min <= probe_max")
 
 
-class MrcCore(LossDetection, MessageCore):
+class CorePolicy(Protocol):
+    """What a bounded-loss mode adds to the core besides its send half (transports/dblp.py)."""
+
+    def on_data(self, h: wire.Header, data: bytes | memoryview, now: float,
+                out: list[Tx]) -> None:
+        """A DATA packet (instead of the receiver's ``on_data``, which it calls)."""
+
+    def on_control(self, h: wire.Header, data: bytes | memoryview, now: float,
+                   out: list[Tx]) -> None:
+        """An ACK with FLAG_STOP or FLAG_STOP_OK."""
+
+    def on_timer(self, now: float, out: list[Tx]) -> str | None:
+        """Its timers due; the error if the connection must fail."""
+
+    def next_deadline(self) -> float:
+        """Its earliest timer (INF: none)."""
+
+    def fail(self) -> None:
+        """The connection failed: drop all state."""
+
+
+class MrcCore(MessageCore):
     """One end of an MRC connection over ``evs`` paths."""
 
     def __init__(self, conn: int, evs: int, config: MrcConfig | None = None,
@@ -140,9 +171,6 @@ class MrcCore(LossDetection, MessageCore):
             raise ValueError("evs must be in 1..65535")
         if nics is not None and len(nics) != evs:
             raise ValueError(f"nics has {len(nics)} entries for {evs} EVs: one NIC per EV")
-        # The NIC (plane) each EV leaves by: a packet whose EV is out of service goes to
-        # another EV of the same NIC, so every NIC keeps its share of the load
-        self.nic_of = list(nics) if nics is not None else None
         cfg = config or MrcConfig()
         self.conn = conn
         self.evs = evs
@@ -150,55 +178,29 @@ class MrcCore(LossDetection, MessageCore):
         self.rng = random.Random(rng_seed)
         self.stats: Counter[str] = Counter()
         self._done: list[Completion] = []
+        self.failed: str | None = None
+        self.policy: CorePolicy | None = None
         self.reasm = Reassembly(cfg.unposted_limit, self.stats, self._done)
         self.cc = Nscc(cfg.nscc, cfg.mtu_payload + HEADER_LEN)
         self.sel = make_selector(cfg.selector, evs, self.rng, nics)
-        self.failed: str | None = None
-        # sender
-        self.snd_una = 0
-        self.snd_nxt = 0
-        self.inflight: dict[int, SentPacket] = {}
-        self.sacked = IntervalSet()
-        self.sendq: deque[OutMsg] = deque()
-        self.out_msgs: dict[int, OutMsg] = {}
-        self.retxq: deque[int] = deque()
-        self.forced: set[int] = set()  # silent-RTO retransmissions: sent whatever the window
-        self.silent_ev = -1  # the EV the last of them went on (they take turns)
-        self.tail_due: list[int] = []  # PSNs of silent RTOs whose tail probe is due
-        self.tail_probes: dict[int, tuple[int, float, int]] = {}  # ts -> seq, sent, PSN
-        self.bytes_in_flight = 0
-        self.tx_seq = 0
-        self.tx_ts = 0  # the last DATA timestamp: each is unique, so an ACK names one copy
-        self.ev_q: list[deque[tuple[int, int]]] = [deque() for _ in range(evs)]
-        self.order: deque[tuple[int, int]] = deque()
-        self.rto_heap: list[tuple[float, int, int]] = []
-        self.hi_seq = 0  # the latest-sent first transmission acknowledged (any EV) ...
-        self.hi_rtt = 0.0  # ... and how long it took: what the fabric takes now (RACK)
-        self.strikes = 0
-        self.strike_at = INF  # when the first strike without progress came
-        self.strike_until = -INF
-        self.progress_at = -INF  # the last ACK that acknowledged new data
-        self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
-        self.floor = cfg.rto_min  # the RTO floor (rto_floor())
-        # per EV
-        self.paths = EvStates(evs, cfg.ev_min_active, cfg.probe_min, cfg.probe_max,
-                              self.stats, self.sel.set_active)
+        self.paths = EvTable(evs, cfg.ev_min_active, cfg.probe_min, cfg.probe_max,
+                             self.stats, self.sel.set_active)
         self.state = self.paths.state  # (the same list)
-        self.rtt = [RttEstimator() for _ in range(evs)]
-        self.srtt = RttEstimator()  # all EVs together
-        self.congested = [False] * evs
-        self.hi_acked_seq = [0] * evs
-        self.hi_acked_sent = [-INF] * evs
-        self.ev_tx = [0] * evs  # data packets sent per EV
         # spurious retransmissions and the decisions they undo (Eifel-style)
         self.ledger = RetxLedger(max(1.0, 2 * cfg.rto_max))
-        # psn -> (its EV, when that loss was declared, the window before a cut then)
-        self.blame: dict[int, tuple[int, float, float | None]] = {}
-        self.rcv = MrcReceiver(conn, cfg, self.reasm, self.stats)
+        self.snd = Sender(conn, cfg, self.stats, self._done, self.cc, self.sel, self.paths,
+                          self.ledger, nics)
+        self.loss = LossDetector(conn, cfg, self.stats, self.snd, self.paths, self.cc,
+                                 self.sel, self.ledger)
+        self.snd.loss = self.loss
+        self.rcv = Receiver(conn, cfg, self.reasm, self.stats)
+        # what MessageCore.post_send queues into (the sender's, never rebound)
+        self.out_msgs, self.sendq = self.snd.out_msgs, self.snd.sendq
+        self.max_sack_len = cfg.max_sack_blocks * SACK_BLOCK.size
 
     def __repr__(self) -> str:
         return (f"MrcCore(conn={self.conn}, evs={self.evs}, active={len(self.paths.active)}, "
-                f"inflight={len(self.inflight)}, cwnd={self.cc.cwnd:.0f})")
+                f"inflight={len(self.snd.inflight)}, cwnd={self.cc.cwnd:.0f})")
 
     # ---- the Core interface -------------------------------------------------------------
 
@@ -212,9 +214,16 @@ class MrcCore(LossDetection, MessageCore):
         out: list[Tx] = []
         kind = h.kind
         if kind == DATA:
-            self._on_data(h, data, now, out)
+            if self.policy is not None:
+                self.policy.on_data(h, data, now, out)
+            else:
+                self.rcv.on_data(h, data, now, out)
         elif kind == ACK:
-            self._on_ack(h, data, now, out)
+            if h.flags & (FLAG_STOP | FLAG_STOP_OK) and self.policy is not None:
+                self.policy.on_control(h, data, now, out)
+                self._pump(now, out)
+            else:
+                self._on_ack(h, data, now, out)
         elif kind == PROBE:
             self.rcv.on_probe(h, now, out)
         elif kind == PROBE_ACK:
@@ -227,33 +236,42 @@ class MrcCore(LossDetection, MessageCore):
         out: list[Tx] = []
         if self.rcv.ack_at <= now:
             out.append(self.rcv.make_ack(now))
-        if self._expire(now):  # the connection failed
+        if self.failed:
             return out
-        if self.tail_due:
-            self._send_tail_probes(now, out)
+        error = self.loss.expire(now)
+        if error is None and self.policy is not None:
+            error = self.policy.on_timer(now, out)
+        if error is not None:
+            self._fail(now, error)
+            return out
+        if self.loss.tail_due:
+            self.loss.send_tail_probes(now, out)
         self._send_probes(now, out)
         self._pump(now, out)
         return out
 
     def next_deadline(self) -> float | None:
-        d = self.rcv.ack_at
-        heap, inflight = self.rto_heap, self.inflight
-        while heap:
-            _, seq, psn = heap[0]
-            p = inflight.get(psn)
-            if p is None or p.seq != seq or p.lost:
-                heapq.heappop(heap)
-                continue
-            d = min(d, heap[0][0])
-            break
+        d = min(self.rcv.ack_at, self.loss.next_rto())
         if self.paths.bad:
             d = min(d, self.paths.next_probe())
+        if self.policy is not None:
+            d = min(d, self.policy.next_deadline())
         return None if d == INF else d
 
     def completions(self) -> list[Completion]:
         done = self._done[:]
         self._done.clear()
         return done
+
+    def rto_floor(self) -> float:
+        """The RTO floor: ``max(rto_min, rto_min_rtts * base RTT) + host delay``
+        (transports/rto.py), the base RTT being NSCC's (the smallest EV's windowed
+        minimum)."""
+        return self.loss.floor
+
+    def set_host_delay(self, delay: float) -> None:
+        """The I/O loop's measured scheduling delay (transports/rto.py ``HostDelay``)."""
+        self.loss.set_host_delay(delay)
 
     # ---- controller API -----------------------------------------------------------------
 
@@ -263,7 +281,7 @@ class MrcCore(LossDetection, MessageCore):
 
     def allow(self, ev: int, now: float = 0.0) -> None:
         """Undo ``deny``: the EV is probed at once and carries data once a probe returns."""
-        self.paths.allow(ev, now, self._rto(ev))
+        self.paths.allow(ev, now, self.loss.rto(ev))
 
     def ev_state(self, ev: int) -> str:
         return self.state[ev]
@@ -272,31 +290,45 @@ class MrcCore(LossDetection, MessageCore):
         """(t, ev, old, new) state changes since the last call (drained)."""
         return self.paths.changes()
 
-    # ---- receiver (transports/mrcrx.py) -----------------------------------------------
+    # ---- read-only views of the parts --------------------------------------------------------
 
     @property
     def rcv_nxt(self) -> int:
         return self.rcv.rcv_nxt
 
-    def _on_data(self, h: wire.Header, data: bytes | memoryview, now: float,
-                 out: list[Tx]) -> None:
-        self.rcv.on_data(h, data, now, out)
+    @property
+    def snd_nxt(self) -> int:
+        return self.snd.snd_nxt
 
-    def _make_ack(self, now: float) -> Tx:
-        return self.rcv.make_ack(now)
+    @property
+    def inflight(self) -> dict:
+        return self.snd.inflight
 
-    # ---- sender: acknowledgements ---------------------------------------------------------
+    @property
+    def bytes_in_flight(self) -> int:
+        return self.snd.bytes_in_flight
+
+    @property
+    def ev_tx(self) -> list[int]:
+        """Data packets sent per EV."""
+        return self.snd.ev_tx
+
+    # ---- acknowledgements -----------------------------------------------------------------
 
     def _on_ack(self, h: wire.Header, data: bytes | memoryview, now: float,
                 out: list[Tx]) -> None:
+        snd, loss = self.snd, self.loss
         cum = h.psn
-        if cum > self.snd_nxt:
+        if cum > snd.snd_nxt:
             self.stats["ack_beyond_sent"] += 1
             return
         blocks = []
         if h.flags & FLAG_SACK and h.length:
+            if h.length > self.max_sack_len:  # more than a peer sends: refuse before unpacking
+                self.stats["sack_too_many"] += 1
+                return
             blocks = wire.sack_blocks(memoryview(data)[HEADER_LEN:HEADER_LEN + h.length])
-            snd_nxt = self.snd_nxt
+            snd_nxt = snd.snd_nxt
             for a, b in blocks:
                 if not cum < a < b <= snd_nxt:
                     self.stats["sack_out_of_window"] += 1
@@ -304,113 +336,60 @@ class MrcCore(LossDetection, MessageCore):
         if self.failed:
             return
         self.stats["rx_ack"] += 1
-        inflight = self.inflight
+        ev, ts_echo = h.ev, h.ts_echo
+        inflight = snd.inflight
         # the transmissions of retransmitted packets this ACK may name (transports/spurious.py)
-        named = self.ledger.get(h.ts_echo, h.ev) if h.ts_echo else ()
+        named = self.ledger.get(ts_echo, ev) if ts_echo else ()
         if named:
             named = [(psn, inflight.get(psn)) for psn in named]
-        touched: set[int] = set()
-        # an ACK back on a retired EV may prove a loss that retired it wrong (_undo)
-        proof: list[int] | None = [] if self.state[h.ev] == EV_ASSUMED_BAD else None
-        newly = 0
-        acked: list[int] = []
-        if cum > self.snd_una:
-            for psn in range(self.snd_una, cum):
-                p = inflight.pop(psn, None)
-                if p is not None:
-                    newly += self._acked(p, now, touched)
-                    if p.retx:
-                        acked.append(psn)
-                    if proof is not None:
-                        proof.append(psn)
-            self.snd_una = cum
-            self.sacked.discard_below(cum)
-        for a, b in blocks:
-            if b <= self.snd_una:
-                continue
-            for s, e in self.sacked.add(max(a, self.snd_una), b):
-                for psn in range(s, e):
-                    p = inflight.pop(psn, None)
-                    if p is not None:
-                        newly += self._acked(p, now, touched)
-                        if p.retx:
-                            acked.append(psn)
-                        if proof is not None:
-                            proof.append(psn)
+        # an ACK back on a retired EV may prove a loss that retired it wrong (undo)
+        proof: list[int] | None = [] if self.state[ev] == EV_ASSUMED_BAD else None
+        newly, touched, acked = snd.ack(cum, blocks, now, proof)
         for psn in acked:  # when the receiver first acknowledged them (its clock)
             self.ledger.acked(psn, h.ts)
         if newly:
-            self.strikes = 0
-            self.strike_at = INF
-            self.strike_until = -INF
-            self.progress_at = now
+            loss.progress(now)
         else:
             self.stats["dup_ack"] += 1
         if named:
-            self._check_spurious(h.ts_echo, h.ev, h.ts, named, now)
+            loss.check_spurious(ts_echo, ev, h.ts, named, now)
         if proof:
             for psn in proof:
-                self._undo(psn, now, h.ev)
+                loss.undo(psn, now, ev)
         rtt = None
-        ts_echo = h.ts_echo
         if ts_echo:
             r = now - ts_echo * 1e-9
             if 0 < r < 60.0:
                 rtt = r
-                ev = h.ev
-                self.rtt[ev].sample(r)
-                self.srtt.sample(r)
+                loss.sample(ev, r)
             else:
                 self.stats["bad_ts_echo"] += 1
-        self.cc.on_ack(newly, rtt, now, h.ev)
+        self.cc.on_ack(newly, rtt, now, ev)
         if rtt is not None:
-            self._new_floor()
-        tail = self.tail_probes.pop(ts_echo, None) if self.tail_probes and ts_echo else None
-        if tail is not None:
-            self._on_tail_answer(tail, now)
+            loss.new_floor()
+        tail = loss.tail_answered(ts_echo, now)
         if rtt is not None:
             # the selector's congestion signal: above the EV's base plus the delay target
             # *and* worse than the EVs on average (a uniformly loaded fabric should not
             # penalise anyone)
-            self.congested[h.ev] = rtt > max(self.cc.rtt_ref(h.ev),
-                                             self.srtt.srtt + self.srtt.rttvar)
-        if touched or tail is not None:
-            self._detect_losses(now, touched)
+            srtt = loss.srtt
+            snd.congested[ev] = rtt > max(self.cc.rtt_ref(ev), srtt.srtt + srtt.rttvar)
+        if touched or tail:
+            loss.detect(now, touched)
         self._pump(now, out)
-
-    def _acked(self, p: SentPacket, now: float, touched: set[int]) -> int:
-        size = HEADER_LEN + p.length
-        if not p.lost:
-            self.bytes_in_flight -= size
-        ev = p.ev
-        if not p.retx:  # a retransmitted packet's ACK may be for the first copy: no reference
-            if p.seq > self.hi_acked_seq[ev]:
-                self.hi_acked_seq[ev] = p.seq
-                self.hi_acked_sent[ev] = p.sent
-            if p.seq > self.hi_seq:
-                self.hi_seq, self.hi_rtt = p.seq, now - p.sent
-            touched.add(ev)
-        self.sel.feedback(ev, DELAY if self.congested[ev] else GOOD)
-        om = p.om
-        om.acked += 1
-        if om.acked == om.npkts and not om.done:
-            om.done = True
-            del self.out_msgs[om.msg]
-            self._done.append(Completion(om.msg, "send", True, om.nbytes, now))
-        return size
 
     def _on_nack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         """A trimmed packet: retransmit it without blaming its path."""
-        p = self.inflight.get(h.psn)
+        p = self.snd.inflight.get(h.psn)
         if p is None or p.lost or p.ev != h.ev:
             self.stats["nack_unknown"] += 1
             return
         self.stats["rx_trim_nack"] += 1
-        self._requeue(p)
+        self.snd.requeue(p)
         self.sel.feedback(p.ev, NACK)
         self._pump(now, out)
 
-    # ---- per-EV state (transports/evstate.py) -------------------------------------------
+    # ---- per-EV probes (transports/evtable.py) -------------------------------------------------
 
     def _send_probes(self, now: float, out: list[Tx]) -> None:
         for ev, seq in self.paths.due(now):
@@ -419,32 +398,6 @@ class MrcCore(LossDetection, MessageCore):
             out.append((ev, buf))
             self.stats["tx_probe"] += 1
 
-    def _send_tail_probes(self, now: float, out: list[Tx]) -> None:
-        """Tail probes per silent RTO: transmissions after the packet (each its own
-        ``seq`` and unique ``ts``), on the next two EVs in turn (two chances against a
-        lost probe or answer, as two resends would have), queued as data, each answered
-        at once by a full ACK that echoes its ``ts`` (transports/mrcrx.py)."""
-        probes = self.tail_probes
-        copies = min(2, len(self.paths.active))
-        for psn in self.tail_due:
-            p = self.inflight.get(psn)
-            if p is None or p.lost:
-                continue
-            for _ in range(copies):
-                self.tx_seq += 1
-                ts = max(_ns(now), self.tx_ts + 1)
-                self.tx_ts = ts
-                ev = self._next_silent_ev(p.ev)
-                buf = bytearray(HEADER_LEN)
-                pack_header(buf, PROBE, FLAG_ACK_REQ | FLAG_TAIL, self.conn, psn, 0, 0, 0, ev,
-                            0, ts)
-                out.append((ev, buf))
-                probes[ts] = (self.tx_seq, now, psn)
-                self.stats["tx_tail_probe"] += 1
-            while len(probes) > 1024:  # unanswered ones (lost, or the peer is gone)
-                del probes[next(iter(probes))]
-        self.tail_due.clear()
-
     def _on_probe_ack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         ev = h.ev
         if not self.paths.answers(ev, h.psn):
@@ -452,144 +405,28 @@ class MrcCore(LossDetection, MessageCore):
             return
         r = now - h.ts_echo * 1e-9
         if 0 < r < 60.0:
-            self.rtt[ev].sample(r)
+            self.loss.rtt[ev].sample(r)
         self.paths.readmit(ev, now)
         self.cc.forget(ev)  # it may be another route now (longer or shorter): learn it again
-        self._new_floor()
+        self.loss.new_floor()
         self.stats["ev_readmitted"] += 1
         self._pump(now, out)
 
-    # ---- sender: transmission -------------------------------------------------------------
-
-    def _pick_ev(self, psn: int, avoid: int) -> int:
-        active = self.paths.active
-        ev = self.sel.next_ev(psn)
-        if self.state[ev] != EV_GOOD:
-            nic_of = self.nic_of
-            if nic_of is not None:  # its NIC's other EVs in service, if any
-                nic = nic_of[ev]
-                same = [e for e in active if nic_of[e] == nic]
-                ev = same[psn % len(same)] if same else active[psn % len(active)]
-            else:
-                ev = active[psn % len(active)]
-        if ev == avoid and len(active) > 1:
-            for _ in range(len(active)):
-                ev = self.sel.next_ev(psn)
-                if ev != avoid and self.state[ev] == EV_GOOD:
-                    return ev
-            ev = next(e for e in active if e != avoid)
-        return ev
-
-    def _next_silent_ev(self, avoid: int) -> int:
-        """The EV of a silent RTO's retransmission: with no evidence against any path, each
-        active EV in turn after the previous one's, skipping ``avoid`` (the packet's last)."""
-        active = self.paths.active
-        i = bisect_right(active, self.silent_ev) % len(active)
-        if active[i] == avoid and len(active) > 1:
-            i = (i + 1) % len(active)
-        self.silent_ev = active[i]
-        return self.silent_ev
-
-    def _may_retransmit(self, p: SentPacket) -> bool:
-        """Whether lost packet ``p`` is resent now (MRC: always; DBLP parks some)."""
-        return True
+    # ---- sending ----------------------------------------------------------------------------
 
     def _pump(self, now: float, out: list[Tx]) -> None:
-        if self.failed or not self.paths.active:
-            return
-        cwnd = self.cc.cwnd
-        inflight = self.inflight
-        retxq = self.retxq
-        last = None
-        forced_set = self.forced
-        while retxq:
-            p = inflight.get(retxq[0])
-            if p is None or not p.lost:
-                forced_set.discard(retxq.popleft())
-                continue
-            if not self._may_retransmit(p):  # a subclass keeps it (bounded loss)
-                forced_set.discard(retxq.popleft())
-                continue
-            forced = p.psn in forced_set
-            if (self.bytes_in_flight and self.bytes_in_flight + HEADER_LEN + p.length > cwnd
-                    and not forced):
-                break
-            retxq.popleft()
-            if not p.retx:  # the first copy: a duplicate of it would name it too
-                self.ledger.record(p.ts, p.ev, p.psn, now)
-            p.retx = True
-            if forced:  # an RTO probe: its ACK at once (an exact echo: transports/spurious.py)
-                forced_set.discard(p.psn)
-                ev = self._next_silent_ev(p.ev)
-            else:
-                ev = self._pick_ev(p.psn, p.ev if p.avoid else -1)
-            last = self._transmit(p, ev, now, out, FLAG_RETX | (FLAG_ACK_REQ if forced else 0))
-            self.ledger.record(p.ts, p.ev, p.psn, now)
-            self.stats["tx_retx"] += 1
-        mtu = self.cfg.mtu_payload
-        sendq = self.sendq
-        while sendq and self.snd_nxt - self.snd_una < self.cfg.window_pkts:
-            om = sendq[0]
-            off = om.next_off
-            length = min(mtu, om.nbytes - off)
-            if self.bytes_in_flight and self.bytes_in_flight + HEADER_LEN + length > cwnd:
-                break
-            om.next_off = off + length
-            flags = 0
-            if om.next_off >= om.nbytes:
-                sendq.popleft()
-                flags = FLAG_LAST
-            crc = wire.crc32(om.data[off:off + length]) if self.cfg.use_crc and length else 0
-            p = SentPacket(self.snd_nxt, om, off, length, flags, crc)
-            inflight[self.snd_nxt] = p
-            self.snd_nxt += 1
-            last = self._transmit(p, self._pick_ev(p.psn, -1), now, out, 0)
-        if last is not None and (not sendq or retxq):
-            last[3] |= FLAG_ACK_REQ  # the low byte of the big-endian flags field
-
-    def _transmit(self, p: SentPacket, ev: int, now: float, out: list[Tx], flags: int) -> bytearray:
-        self.tx_seq += 1
-        seq = self.tx_seq
-        ts = max(_ns(now), self.tx_ts + 1)  # packets sent at one instant: 1 ns apart
-        self.tx_ts = ts
-        p.ev, p.sent, p.ts, p.seq, p.lost = ev, now, ts, seq, False
-        n = p.length
-        om = p.om
-        buf = bytearray(HEADER_LEN + n)
-        pack_header(buf, DATA, p.flags | flags, self.conn, p.psn, om.msg, p.offset, om.nbytes,
-                    ev, n, ts, 0, p.crc)
-        if n:
-            buf[HEADER_LEN:] = om.data[p.offset:p.offset + n]
-        self.bytes_in_flight += HEADER_LEN + n
-        self.ev_q[ev].append((seq, p.psn))
-        self.order.append((seq, p.psn))
-        rto = min(self.cfg.rto_max, self._rto(ev) * (1 << min(self.strikes, 30)))
-        heapq.heappush(self.rto_heap, (now + rto, seq, p.psn))
-        self.ev_tx[ev] += 1
-        self.stats["tx_data_pkts"] += 1
-        out.append((ev, buf))
-        return buf
+        if not self.failed:
+            self.snd.pump(now, out)
 
     def _fail(self, now: float, error: str) -> None:
         self.failed = error
         self.stats["conn_failed"] += 1
-        for om in list(self.out_msgs.values()):
-            self._done.append(Completion(om.msg, "send", False, 0, now, error))
-        self.out_msgs.clear()
-        self.sendq.clear()
-        self.inflight.clear()
-        self.retxq.clear()
-        self.forced.clear()
-        self.tail_due.clear()
-        self.tail_probes.clear()
-        self.rto_heap.clear()
-        self.order.clear()
-        for q in self.ev_q:
-            q.clear()
+        self.snd.fail(now, error)
+        self.loss.clear()
         self.paths.clear()
         self.ledger.clear()
-        self.blame.clear()
-        self.bytes_in_flight = 0
+        if self.policy is not None:
+            self.policy.fail()
         self.reasm.fail_all(error, now)
 
 

@@ -1,14 +1,14 @@
 """RC: a RoCEv2 reliable-connection core (sans-I/O), the single-path baseline.
 
 ``RcCore(conn, config, rng_seed)``: one path (every packet on EV 0; ECMP picks
-the route), PSNs in order. The receiver accepts only the next expected PSN:
-anything beyond it is dropped and answered by one NACK carrying the expected
-PSN per gap (a duplicate is re-acknowledged). The sender keeps at most
-``window_pkts`` packets outstanding (RDMA's outstanding-request limit; with
-``aimd`` the window moves between 1 and that: +1 per window acked, halved on a
-NACK or timeout, at most once per RTT) and goes back N: on a NACK it resends
-everything from the NACKed PSN, on an RTO everything from the oldest
-unacknowledged. ACKs are cumulative (no SACK), coalesced like MRC's. Same
+the route), PSNs in order. The receiver (transports/receiver.py, in-order mode)
+accepts only the next expected PSN: anything beyond it is dropped and answered
+by one NACK carrying the expected PSN per gap (a duplicate is re-acknowledged).
+The sender keeps at most ``window_pkts`` packets outstanding (RDMA's
+outstanding-request limit; with ``aimd`` the window moves between 1 and that: +1
+per window acked, halved on a NACK or timeout, at most once per RTT) and goes back
+N: on a NACK it resends everything from the NACKed PSN, on an RTO everything from
+the oldest unacknowledged. ACKs are cumulative (no SACK), coalesced like MRC's. Same
 message API, placement and peer-gone behaviour as MRC (transports/mrc.py).
 Retry budget as a RoCE QP's (timeout x retry_cnt): the connection fails every
 pending message with ok=False only after more than ``max_retries`` RTOs without
@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 from transports import wire
 from transports.api import Completion, Tx
-from transports.message import DROPPED, MessageCore, OutMsg, Reassembly
+from transports.message import MessageCore, OutMsg, Reassembly
+from transports.receiver import Receiver
 from transports.rto import MinRtt, RttEstimator, check_rto_config, rto_floor
 from transports.spurious import RetxLedger
 from transports.wire import (
@@ -112,13 +113,8 @@ class RcCore(MessageCore):
         self.strikes = 0
         self.first_strike_at = INF  # the first RTO without progress
         self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
-        # receiver
-        self.rcv_nxt = 0
-        self.nack_sent = False
-        self.ack_pending = 0
-        self.ack_at = INF
-        self.last_ts = 0
-        self.last_rx = 0.0
+        # receiver: in order, one NACK per gap, cumulative ACKs (transports/receiver.py)
+        self.rcv = Receiver(conn, cfg, self.reasm, self.stats, in_order=True)
 
     def __repr__(self) -> str:
         posted = sorted(m for m, r in list(self.reasm.msgs.items()) if r.posted)
@@ -148,8 +144,8 @@ class RcCore(MessageCore):
 
     def on_timer(self, now: float) -> list[Tx]:
         out: list[Tx] = []
-        if self.ack_at <= now:
-            out.append(self._make_ack(ACK, now))
+        if self.rcv.ack_at <= now:
+            out.append(self.rcv.make_ack(now))
         if self.rto_at <= now:
             self.rto_at = INF
             if self.snd_una < self.snd_max and not self.failed:
@@ -168,7 +164,7 @@ class RcCore(MessageCore):
         return out
 
     def next_deadline(self) -> float | None:
-        d = min(self.ack_at, self.rto_at)
+        d = min(self.rcv.ack_at, self.rto_at)
         return None if d == INF else d
 
     def completions(self) -> list[Completion]:
@@ -176,55 +172,19 @@ class RcCore(MessageCore):
         self._done.clear()
         return done
 
-    # ---- receiver -------------------------------------------------------------------------
+    # ---- receiver (transports/receiver.py) ---------------------------------------------
+
+    @property
+    def rcv_nxt(self) -> int:
+        """The next PSN this end expects (everything below it was placed)."""
+        return self.rcv.rcv_nxt
 
     def _on_data(self, h: wire.Header, data: bytes | memoryview, now: float,
                  out: list[Tx]) -> None:
-        if h.ev != 0:
+        if h.ev != 0:  # RC has one path: another EV is not a packet of this protocol
             self.stats["bad_ev"] += 1
             return
-        payload = memoryview(data)[HEADER_LEN:HEADER_LEN + h.length]
-        if h.crc:
-            if wire.crc32(payload) != h.crc:
-                self.stats["crc"] += 1
-                return
-        elif self.cfg.use_crc and h.length:
-            self.stats["no_crc"] += 1
-            return
-        psn = h.psn
-        self.last_ts, self.last_rx = h.ts, now
-        if psn < self.rcv_nxt:
-            self.stats["dup_data"] += 1
-            out.append(self._make_ack(ACK, now))
-            return
-        if psn > self.rcv_nxt:
-            self.stats["out_of_order"] += 1
-            if not self.nack_sent:
-                self.nack_sent = True
-                out.append(self._make_ack(NACK, now))
-            return
-        if self.reasm.place(h.msg, h.offset, payload, h.msg_len, now) == DROPPED:
-            return
-        self.stats["rx_data_pkts"] += 1
-        self.rcv_nxt += 1
-        self.nack_sent = False
-        self.ack_pending += 1
-        if h.flags & FLAG_ACK_REQ or self.ack_pending >= self.cfg.ack_every:
-            out.append(self._make_ack(ACK, now))
-        elif self.ack_at == INF:
-            self.ack_at = now + self.cfg.ack_delay
-
-    def _make_ack(self, kind: int, now: float) -> Tx:
-        self.ack_pending = 0
-        self.ack_at = INF
-        buf = bytearray(HEADER_LEN)
-        # the echo includes the time the ACK was held (as MRC's): an ACK sent at once echoes
-        # its packet's timestamp exactly, so the sender can tell which copy it answers
-        echo = self.last_ts + int((now - self.last_rx) * 1e9) if self.last_ts else 0
-        pack_header(buf, kind, 0, self.conn, self.rcv_nxt, 0, 0, 0, 0, 0, _ns(now),
-                    echo & 0xFFFFFFFFFFFFFFFF)
-        self.stats["tx_nack" if kind == NACK else "tx_ack"] += 1
-        return (0, buf)
+        self.rcv.on_data(h, data, now, out)
 
     # ---- sender ---------------------------------------------------------------------------
 

@@ -58,7 +58,7 @@ def test_delivered_fraction_respects_the_bound(seed, loss, tol):
     # after the STOP exchange the receiver's cumulative ack passed the abandoned PSNs
     # (STOP / STOP_OK may be lost too: the STOP's resend backs off from 1 ms)
     net.run(net.now + 0.2)
-    assert not b.closed and b.rcv_nxt == a.snd_nxt
+    assert not b.brecv.closed and b.rcv_nxt == a.snd_nxt
     assert not a.inflight and a.bytes_in_flight == 0
 
 
@@ -160,7 +160,7 @@ def test_late_data_is_dropped_and_stop_resent():
     net.send("a", a.post_send(1, data, 0.0, LossBound(0.2)))
     net.run(5.0, stop=lambda: net.done["b"])  # the receiver closed; STOP_OK not yet back
     (cr,) = net.done["b"]
-    assert cr.missing and 1 in b.closed
+    assert cr.missing and 1 in b.brecv.closed
     i = cr.missing[0]
     payload = bytes(MTU)
     pkt = bytearray(wire.HEADER_LEN + MTU)
@@ -171,7 +171,7 @@ def test_late_data_is_dropped_and_stop_resent():
     net.deliver_raw("b", bytes(pkt))  # a late retransmission of a missing chunk
     assert b.stats["late_data"] == 1 and b.stats["tx_stop"] == stops + 1
     assert buf[i * MTU:(i + 1) * MTU] == bytes(MTU)  # still the old bytes, not placed
-    net.run(5.0, stop=lambda: net.done["a"] and not b.closed)
+    net.run(5.0, stop=lambda: net.done["a"] and not b.brecv.closed)
     (cs,) = net.done["a"]
     assert cs.ok and cs.missing == cr.missing
     assert any(x.flags & wire.FLAG_STOP_OK for x in net.sent("a", kind=wire.ACK))

@@ -1,11 +1,12 @@
 """DBLP park-stall liveness on the fake network.
 
 A bounded sender parks a lost chunk when the chunks acked, in flight and not yet
-sent still reach the bound (``DblpCore._may_retransmit`` / ``_need``). If the
+sent still reach the bound (transports/dblp_send.py ``BoundedSender.may_retransmit``
+/ ``_need``). If the
 chunks counted "in flight" are then lost too on paths whose RTO is long (RTT
 samples taken under a full FIFO push a path's RTO towards ``rto_max``), nothing
 brings the parked chunks back until those RTOs fire: the round stalls. The
-liveness check (``park_check`` in ``DblpCore.on_timer``) resends the parked
+liveness check (``park_check`` in ``BoundedSender.on_timer``) resends the parked
 chunks after one connection-wide RTO without ack progress.
 """
 
@@ -24,23 +25,29 @@ OUTAGE = 200e-6  # how long EVs 4-7 drop everything once chunks are parked
 BOUND = LossBound(0.25)  # 40 chunks: 30 needed
 
 
-class NoTail(DblpCore):
-    """DblpCore without the tail timer (tests/unit/test_dblp_tail.py), which would also end
-    the stall (first, once RTT samples say how long a healthy path takes)."""
+def NoTail(*args):
+    """A DblpCore without the tail timer (tests/unit/test_dblp_tail.py), which would also
+    end the stall (first, once RTT samples say how long a healthy path takes)."""
+    core = DblpCore(*args)
+    core.bsend._tail_deadline = lambda: INF
+    return core
 
-    def _tail_deadline(self):
-        return INF
 
-
-class NoLiveness(NoTail):
+def NoLiveness(*args):
     """... and without the park-stall check (what the fix added, switched off)."""
+    core = NoTail(*args)
+    bsend = core.bsend
+    may = bsend.may_retransmit
 
-    def _may_retransmit(self, p):
-        ok = super()._may_retransmit(p)
-        st = self.tx.get(p.om.msg)
+    def no_park_check(p):
+        ok = may(p)
+        st = bsend.tx.get(p.om.msg)
         if st is not None:
             st.park_check = INF
         return ok
+
+    bsend.may_retransmit = no_park_check
+    return core
 
 
 def stalled_round(cls, seed=1):
@@ -56,10 +63,10 @@ def stalled_round(cls, seed=1):
     # seen for SLOW_RTO.
     trap = {}
 
-    def slow_rto(ev, _orig=a._rto):
+    def slow_rto(ev, _orig=a.loss.rto):
         return SLOW_RTO if ev >= 4 and "t" in trap else _orig(ev)
 
-    a._rto = slow_rto
+    a.loss.rto = slow_rto
 
     def arm():
         if a.stats["retx_parked"] and "t" not in trap:

@@ -15,7 +15,7 @@ import pytest
 
 from transports import wire
 from transports.dblp import DblpCore
-from transports.evstate import EV_ASSUMED_BAD, EV_GOOD
+from transports.evtable import EV_ASSUMED_BAD, EV_GOOD
 from transports.fakenet import FakeNet, PathSpec
 from transports.mrc import MrcConfig, MrcCore
 from transports.rc import RcConfig, RcCore

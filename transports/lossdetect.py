@@ -1,4 +1,4 @@
-"""MRC's loss detection, blame and retransmission timeouts (a part of ``MrcCore``).
+"""MRC's loss detection, blame and retransmission timeouts: the ``LossDetector`` of a sender.
 
 Loss detection (sprayed traffic reorders across paths, not within one):
   A. per EV (RACK-like): a packet is lost when a packet sent *later on the same
@@ -26,7 +26,7 @@ Blame: a path, or the fabric in front of the receiver? A loss is blamed on its E
 only on **evidence that the fabric still delivers: a transmission sent after the
 lost packet has been acknowledged** (its first copy, any EV; or a retransmission
 whose ACK names it exactly, below; A and B have the evidence by construction).
-Then the EV is retired (transports/evstate.py) and, so that a dead path does not
+Then the EV is retired (transports/evtable.py) and, so that a dead path does not
 hold the window until each of its packets times out, more of its packets are
 declared lost: after B those that B's timing condemns (without ``dupthresh``),
 after a blamed RTO all of them; a blamed RTO also quick-adapts the window.
@@ -62,34 +62,159 @@ a duplicate, a packet whose loss retired that EV proves both the path and the
 packet: the EV is GOOD again (``ev_undo``) and a window cut made by that loss is
 taken back unless another cut came since (``cwnd_undo``).
 
-``LossDetection`` is a part of ``MrcCore`` (transports/mrc.py) and works on its
-sender state: ``inflight``, ``ev_q``, ``order``, ``rto_heap``, ``retxq``,
-``forced``, ``rtt``/``srtt`` estimators, ``hi_seq``/``hi_rtt``, ``floor``,
-``paths``, ``cc``, ``ledger``, ``blame``, ``strikes``.
+``LossDetector`` owns the state these rules need (per-EV send order ``ev_q``,
+global send order ``order``, the RTO heap, RTT estimators, the latest transmission
+acknowledged, blame, strikes, tail probes) and acts on the sender
+(transports/sender.py) only through ``requeue``: a lost packet goes back to its
+retransmission queue. It tells the core that the connection failed by what
+``expire`` returns; what it sends is tail probes (headers, no data).
 """
+
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import Counter, deque
 from typing import TYPE_CHECKING
 
-from transports.evstate import EV_ASSUMED_BAD
-from transports.pathsel import NACK, TIMEOUT
-from transports.rto import rto_floor
-from transports.wire import HEADER_LEN
+from transports.api import Tx
+from transports.cc import Nscc
+from transports.evtable import EV_ASSUMED_BAD, EvTable
+from transports.pathsel import NACK, TIMEOUT, PathSelector
+from transports.rto import RttEstimator, rto_floor
+from transports.spurious import RetxLedger
+from transports.wire import FLAG_ACK_REQ, FLAG_TAIL, HEADER_LEN, PROBE, pack_header
 
 if TYPE_CHECKING:
     from transports.message import SentPacket
+    from transports.sender import Sender
 
 INF = float("inf")
+MAX_TAIL_PROBES = 1024  # unanswered ones kept (lost, or the peer is gone)
+MAX_BLAME = 4096  # blamed losses kept for undo (a duplicate comes back within ~an RTO)
 
 
-class LossDetection:
-    """Rules A, B and C, blame, flush and undo of ``MrcCore`` (see the module docstring)."""
+class LossDetector:
+    """Rules A, B and C, blame, flush, undo and the retry budget of one sender."""
 
-    def _expire(self, now: float) -> bool:
-        """Rule C: the packets whose RTO expired; True if the connection failed."""
+    def __init__(self, conn: int, cfg, stats: Counter[str], snd: Sender, paths: EvTable,
+                 cc: Nscc, sel: PathSelector, ledger: RetxLedger) -> None:
+        self.conn, self.cfg, self.stats = conn, cfg, stats
+        self.snd, self.paths, self.cc, self.sel, self.ledger = snd, paths, cc, sel, ledger
+        evs = paths.evs
+        self.inflight = snd.inflight  # (the same dict)
+        self.ev_q: list[deque[tuple[int, int]]] = [deque() for _ in range(evs)]  # (seq, psn)
+        self.order: deque[tuple[int, int]] = deque()
+        self.rto_heap: list[tuple[float, int, int]] = []
+        self.rtt = [RttEstimator() for _ in range(evs)]
+        self.srtt = RttEstimator()  # all EVs together
+        self.hi_seq = 0  # the latest-sent first transmission acknowledged (any EV) ...
+        self.hi_rtt = 0.0  # ... and how long it took: what the fabric takes now (RACK)
+        self.hi_acked_seq = [0] * evs
+        self.hi_acked_sent = [-INF] * evs
+        # psn -> (its EV, when that loss was declared, the window before a cut then)
+        self.blame: dict[int, tuple[int, float, float | None]] = {}
+        self.tail_due: list[int] = []  # PSNs of silent RTOs whose tail probe is due
+        self.tail_probes: dict[int, tuple[int, float, int]] = {}  # ts -> seq, sent, PSN
+        self.strikes = 0
+        self.strike_at = INF  # when the first strike without progress came
+        self.strike_until = -INF
+        self.progress_at = -INF  # the last ACK that acknowledged new data
+        self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
+        self.floor = cfg.rto_min  # the RTO floor (rto_floor())
+
+    def __repr__(self) -> str:
+        return (f"LossDetector(hi_seq={self.hi_seq}, strikes={self.strikes}, "
+                f"rto_heap={len(self.rto_heap)}, blame={len(self.blame)})")
+
+    # ---- what the sender reports -------------------------------------------------------------
+
+    def on_sent(self, p: SentPacket, now: float) -> None:
+        """``p`` just left on ``p.ev``: in both send orders, its RTO armed."""
+        seq, psn = p.seq, p.psn
+        self.ev_q[p.ev].append((seq, psn))
+        self.order.append((seq, psn))
+        rto = min(self.cfg.rto_max, self.rto(p.ev) * (1 << min(self.strikes, 30)))
+        heapq.heappush(self.rto_heap, (now + rto, seq, psn))
+
+    def first_copy_acked(self, p: SentPacket, now: float) -> None:
+        """A first transmission was acknowledged: the reference for rules A and B."""
+        ev = p.ev
+        if p.seq > self.hi_acked_seq[ev]:
+            self.hi_acked_seq[ev] = p.seq
+            self.hi_acked_sent[ev] = p.sent
+        if p.seq > self.hi_seq:
+            self.hi_seq, self.hi_rtt = p.seq, now - p.sent
+
+    def progress(self, now: float) -> None:
+        """An ACK acknowledged new data: the retry budget starts again."""
+        self.strikes = 0
+        self.strike_at = INF
+        self.strike_until = -INF
+        self.progress_at = now
+
+    def sample(self, ev: int, rtt: float) -> None:
+        """One RTT sample of EV ``ev`` (seconds)."""
+        self.rtt[ev].sample(rtt)
+        self.srtt.sample(rtt)
+
+    def send_tail_probes(self, now: float, out: list[Tx]) -> None:
+        """Tail probes per silent RTO: transmissions after the packet (each its own
+        ``seq`` and unique ``ts``), on the next two EVs in turn (two chances against a
+        lost probe or answer, as two resends would have), queued as data, each answered
+        at once by a full ACK that echoes its ``ts`` (transports/receiver.py)."""
+        probes = self.tail_probes
+        snd = self.snd
+        copies = min(2, len(self.paths.active))
+        for psn in self.tail_due:
+            p = self.inflight.get(psn)
+            if p is None or p.lost:
+                continue
+            for _ in range(copies):
+                seq, ts = snd.stamp(now)
+                ev = snd.next_silent_ev(p.ev)
+                buf = bytearray(HEADER_LEN)
+                pack_header(buf, PROBE, FLAG_ACK_REQ | FLAG_TAIL, self.conn, psn, 0, 0, 0, ev,
+                            0, ts)
+                out.append((ev, buf))
+                probes[ts] = (seq, now, psn)
+                self.stats["tx_tail_probe"] += 1
+            while len(probes) > MAX_TAIL_PROBES:
+                del probes[next(iter(probes))]
+        self.tail_due.clear()
+
+    def tail_answered(self, ts_echo: int, now: float) -> bool:
+        """Whether the ACK echoing ``ts_echo`` answers a tail probe (then acted on)."""
+        probe = self.tail_probes.pop(ts_echo, None) if self.tail_probes and ts_echo else None
+        if probe is None:
+            return False
+        self.on_tail_answer(probe, now)
+        return True
+
+    def clear(self) -> None:
+        """The connection failed: no timer, no probe, nothing to undo."""
+        self.tail_due.clear()
+        self.tail_probes.clear()
+        self.rto_heap.clear()
+        self.order.clear()
+        for q in self.ev_q:
+            q.clear()
+        self.blame.clear()
+
+    def next_rto(self) -> float:
+        """When the earliest live RTO fires (stale heap entries are dropped)."""
+        heap, inflight = self.rto_heap, self.inflight
+        while heap:
+            _, seq, psn = heap[0]
+            p = inflight.get(psn)
+            if p is None or p.seq != seq or p.lost:
+                heapq.heappop(heap)
+                continue
+            return heap[0][0]
+        return INF
+
+    def expire(self, now: float) -> str | None:
+        """Rule C: the packets whose RTO expired; the error if the connection must fail."""
         heap = self.rto_heap
         fired = False
         blamed: list[int] = []
@@ -101,23 +226,23 @@ class LossDetection:
             # until nothing sent after it is acknowledged, the RTO restarts with each ACK of
             # new data (RFC 6298): while that ACK clock runs, a queue ahead of it drains
             start = p.sent if self.hi_seq > p.seq else max(p.sent, self.progress_at)
-            later = start + min(self.cfg.rto_max, self._rto(p.ev) * (1 << min(self.strikes, 30)))
+            later = start + min(self.cfg.rto_max, self.rto(p.ev) * (1 << min(self.strikes, 30)))
             if later > now:  # the RTT estimate grew, or ACKs came since: wait
                 heapq.heappush(heap, (later, seq, psn))
                 continue
             fired = True
             if self.hi_seq > p.seq:  # something sent after it got through: its path lost it
-                self._lose(p, now, TIMEOUT, "loss_rto")
+                self.lose(p, now, TIMEOUT, "loss_rto")
                 blamed.append(psn)
             else:  # silent since it was sent: probe behind it (common-mode delay?)
-                if self.retxq:  # a known loss waiting for the window goes (ACKs may be lost)
-                    self.forced.add(self.retxq[0])
+                if self.snd.retxq:  # a known loss waiting for the window goes (ACKs may be lost)
+                    self.snd.forced.add(self.snd.retxq[0])
                 self.tail_due.append(psn)
                 self.stats["rto_silent"] += 1
                 # one probe per silent RTO: every timer backs off now, this one's too
                 self._strike(now)
-                self.strike_until = now + 0.5 * self._rto_any()
-                again = min(self.cfg.rto_max, self._rto(p.ev) * (1 << min(self.strikes, 30)))
+                self.strike_until = now + 0.5 * self.rto_any()
+                again = min(self.cfg.rto_max, self.rto(p.ev) * (1 << min(self.strikes, 30)))
                 heapq.heappush(heap, (now + again, seq, psn))
         if blamed:
             before = self.cc.on_timeout(now)
@@ -127,13 +252,12 @@ class LossDetection:
                     self.blame[psn] = (ev, at, before)
             if now >= self.strike_until:  # one strike per round of blamed RTOs
                 self._strike(now)
-                self.strike_until = now + 0.5 * self._rto_any()
+                self.strike_until = now + 0.5 * self.rto_any()
         if (fired and self.strikes > self.cfg.max_retries
                 and now - self.strike_at >= self.cfg.give_up_s):
-            self._fail(now, f"peer unreachable: {self.strikes} retransmission timeouts "
-                            f"without progress over {now - self.strike_at:.3g} s")
-            return True
-        return False
+            return (f"peer unreachable: {self.strikes} retransmission timeouts "
+                    f"without progress over {now - self.strike_at:.3g} s")
+        return None
 
     def _strike(self, now: float) -> None:
         """One more RTO round without progress (the retry budget's count and time)."""
@@ -150,25 +274,25 @@ class LossDetection:
     def set_host_delay(self, delay: float) -> None:
         """The I/O loop's measured scheduling delay (transports/rto.py ``HostDelay``)."""
         self.host_delay = delay
-        self._new_floor()
+        self.new_floor()
 
-    def _new_floor(self) -> None:
+    def new_floor(self) -> None:
         """NSCC's base RTT may have moved (an RTT sample, an EV forgotten): the floor too."""
         cfg = self.cfg
         self.floor = rto_floor(cfg.rto_min, cfg.rto_min_rtts, self.cc.base_rtt, self.host_delay)
 
-    def _rto(self, ev: int) -> float:
+    def rto(self, ev: int) -> float:
         cfg = self.cfg
         floor = self.floor
         overall = self.srtt.rto(floor, cfg.rto_max, cfg.rto_init)
         return max(overall, self.rtt[ev].rto(floor, cfg.rto_max, overall))
 
-    def _rto_any(self) -> float:
+    def rto_any(self) -> float:
         cfg = self.cfg
         return min(cfg.rto_max, self.srtt.rto(self.floor, cfg.rto_max, cfg.rto_init)
                    * (1 << min(self.strikes, 30)))
 
-    def _check_spurious(self, ts: int, ev: int, ack_ts: int,
+    def check_spurious(self, ts: int, ev: int, ack_ts: int,
                         named: list[tuple[int, SentPacket | None]], now: float) -> None:
         """The ACK (sent at ``ack_ts`` by the receiver's clock) was sent for the transmission
         ``(ts, ev)`` of one of ``named`` (PSN, packet in flight before the ACK): a duplicate
@@ -187,25 +311,25 @@ class LossDetection:
             if p is None and self.ledger.duplicate(psn, ack_ts):  # a duplicate arrival
                 self.ledger.resolve(ts, ev, psn)
                 self.stats["tx_retx_spurious"] += 1
-                self._undo(psn, now, ev)
+                self.undo(psn, now, ev)
                 return
 
-    def _detect_losses(self, now: float, touched: set[int]) -> None:
+    def detect(self, now: float, touched: set[int]) -> None:
         for ev in touched:  # A: a later packet on the same (FIFO) path got through
             q = self.ev_q[ev]
             hi = self.hi_acked_seq[ev]
             lim = self.hi_acked_sent[ev] - self._reo_wnd(ev)
-            while (p := self._live_head(q)) is not None and p.seq < hi and p.sent <= lim:
+            while (p := self.live_head(q)) is not None and p.seq < hi and p.sent <= lim:
                 q.popleft()
-                self._lose(p, now, NACK, "loss_same_ev")
+                self.lose(p, now, NACK, "loss_same_ev")
         q = self.order  # B: dupthresh later transmissions acked and older than its path RTT
         dupthresh = self.cfg.dupthresh
-        while (p := self._live_head(q)) is not None:
+        while (p := self.live_head(q)) is not None:
             if not (self.hi_seq - p.seq >= dupthresh and self.srtt.srtt
                     and self._condemned(p, now)):
                 break
             q.popleft()
-            self._lose(p, now, NACK, "loss_cross_ev")
+            self.lose(p, now, NACK, "loss_cross_ev")
 
     def _reo_wnd(self, ev: int) -> float:
         cfg = self.cfg
@@ -219,7 +343,7 @@ class LossDetection:
         return (p.seq < self.hi_seq and age > self._loss_bound(p.ev)
                 and age > self.hi_rtt + self._reo_wnd(p.ev))
 
-    def _on_tail_answer(self, probe: tuple[int, float, int], now: float) -> None:
+    def on_tail_answer(self, probe: tuple[int, float, int], now: float) -> None:
         """The full ACK answering a tail probe (sent after the silent packet ``psn``) has
         been processed: the probe got through, so it is evidence like any later
         transmission acknowledged, the packet, if still unacknowledged, is lost, and the
@@ -233,9 +357,9 @@ class LossDetection:
             self.hi_seq, self.hi_rtt = seq, now - sent
         p = self.inflight.get(psn)
         if p is not None and not p.lost and p.seq < seq:
-            self._lose(p, now, NACK, "loss_tail_probe")
+            self.lose(p, now, NACK, "loss_tail_probe")
 
-    def _live_head(self, q: deque) -> SentPacket | None:
+    def live_head(self, q: deque) -> SentPacket | None:
         """The oldest packet of a (seq, psn) queue still in flight; stale entries are dropped."""
         inflight = self.inflight
         while q:
@@ -246,24 +370,17 @@ class LossDetection:
             q.popleft()
         return None
 
-    def _requeue(self, p: SentPacket, avoid: bool = True) -> None:
-        """Take ``p`` out of flight and queue it for retransmission (on another EV than its
-        last if ``avoid``)."""
-        p.lost, p.avoid = True, avoid
-        self.bytes_in_flight -= HEADER_LEN + p.length
-        self.retxq.append(p.psn)
-
-    def _lose(self, p: SentPacket, now: float, kind: int, reason: str) -> None:
+    def lose(self, p: SentPacket, now: float, kind: int, reason: str) -> None:
         """``p`` is lost: resend it; blame its EV only if a later transmission got through."""
         blamed = self.hi_seq > p.seq
-        self._requeue(p, avoid=blamed)
+        self.snd.requeue(p, avoid=blamed)
         self.stats[reason] += 1
         ev = p.ev
         if not blamed:  # no evidence against the path (every EV was silent)
             self.stats["loss_unblamed"] += 1
             return
         self.sel.feedback(ev, kind)
-        retired = self.paths.retire(ev, now, self._rto(ev))
+        retired = self.paths.retire(ev, now, self.rto(ev))
         if kind == TIMEOUT:  # silent for an RTO while later packets got through: all lost
             self._flush(ev, now, everything=True)
         elif retired and reason == "loss_cross_ev":
@@ -273,7 +390,7 @@ class LossDetection:
     def _blame(self, psn: int, ev: int, now: float) -> None:
         blame = self.blame
         blame[psn] = (ev, now, None)
-        if len(blame) > 4096:  # keep the latest (a duplicate comes back within ~an RTO)
+        if len(blame) > MAX_BLAME:  # keep the latest (a duplicate comes back within ~an RTO)
             del blame[next(iter(blame))]
 
     def _flush(self, ev: int, now: float, everything: bool) -> None:
@@ -291,9 +408,7 @@ class LossDetection:
             if not everything and not self._condemned(p, now):
                 keep.append((seq, psn))
                 continue
-            p.lost, p.avoid = True, True
-            self.bytes_in_flight -= HEADER_LEN + p.length
-            self.retxq.append(psn)
+            self.snd.requeue(p)
             self.stats["loss_ev_flush"] += 1
             self._blame(psn, ev, now)
         self.ev_q[ev] = keep
@@ -305,7 +420,7 @@ class LossDetection:
         cfg = self.cfg
         return max(est.srtt * (1 + cfg.reorder_frac) + cfg.reorder_min, est.bound())
 
-    def _undo(self, psn: int, now: float, via: int) -> None:
+    def undo(self, psn: int, now: float, via: int) -> None:
         """An ACK came back on EV ``via`` for a copy of ``psn`` sent on it: if the loss of
         ``psn`` was blamed on ``via``, it was not one (the path answers both ways): re-admit
         the EV that loss retired and restore the window it cut, if nothing changed them
@@ -315,7 +430,7 @@ class LossDetection:
             return
         del self.blame[psn]
         ev, at, cwnd = b
-        if self.state[ev] == EV_ASSUMED_BAD and self.paths.failed_at[ev] == at:
+        if self.paths.state[ev] == EV_ASSUMED_BAD and self.paths.failed_at[ev] == at:
             self.paths.readmit(ev, now)  # its own ACK proved the path both ways
             self.stats["ev_undo"] += 1
         if cwnd is not None and self.cc.undo(cwnd, at):
