@@ -18,10 +18,10 @@ from mininet.node import Host, Node
 
 from emu.errors import require_root
 from emu.fabric import Fabric
+from emu.mininet_topo import MultiPlaneClosTopo
 from emu.netns import ns_inode
 from emu.registry import kill_all, processes_in
 from topologies import MultiPlaneClos
-from topologies.mininet_topo import MultiPlaneClosTopo
 
 REFERENCE = MultiPlaneClos(planes=2, spines=4, leaves=4, hosts_per_leaf=4)
 LARGE = MultiPlaneClos(planes=4, spines=8, leaves=8, hosts_per_leaf=4)

@@ -37,10 +37,10 @@ from emu.delayline import DelayLine
 from emu.errors import EmuError, require_root
 from emu.frr import DEFAULT_BFD, BfdTimers, FrrRunner
 from emu.kernel import NodeKernel, create_veths, netem_works
+from emu.mininet_topo import MultiPlaneClosTopo
 from emu.netns import NETNS_RUN_DIR, bind_name, ns_inode, unbind_name
 from emu.nodes import EmuHost, EmuNet, LinuxRouter, VethLink
 from topologies import MultiPlaneClos, ScaleAcross
-from topologies.mininet_topo import MultiPlaneClosTopo
 from topologies.routing import ECMP_MODES, EcmpMode, NodePlan, plan_fabric
 from topologies.routing_dci import plan_scaleacross
 

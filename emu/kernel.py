@@ -21,6 +21,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import IFF_MULTICAST, IFF_NOARP, IFF_UP
 
 from emu.netns import entered, write_sysctl
 from topologies import LinkSpec, Role
+from topologies.qos import CTRL_TCLASS
 from topologies.routing import MAIN_TABLE, NodePlan, Route
 
 NUD_PERMANENT = 0x80
@@ -30,10 +31,6 @@ HTB_CTRL = 0x10010  # 1:10  control traffic (ACKs, NACKs, probes): served first
 HTB_DATA = 0x10020  # 1:20  everything else (the default class)
 FIFO_HANDLE = 0x20000  # 2:  the data FIFO: the switch buffer whose drops are counted
 CTRL_FIFO = 0x30000  # 3:
-# Control packets carry DSCP EF (traffic class 0xb8); switches give them strict
-# priority, as fabrics do for ACKs and congestion notifications, so a data queue
-# does not delay the feedback that drives congestion control.
-CTRL_TCLASS = 0xB8
 ETH_P_IPV6 = 0x86DD
 
 # Quiet, deterministic namespaces: no DAD delay, no router solicitations or

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks and tests: Vagrantfile syntax, ruff, then pytest (arguments pass through).
+# Checks and tests: Vagrantfile syntax, ruff, the layer contract, then pytest (arguments
+# pass through).
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
 
@@ -8,6 +9,7 @@ cd "$ROOT"
 
 ruby -c Vagrantfile
 .venv/bin/ruff check .
+.venv/bin/lint-imports --no-cache
 
 status=0
 .venv/bin/python -m pytest "$@" || status=$?

@@ -96,7 +96,7 @@ def build_path(spec: MultiPlaneClos, src: str, dst: str, plane: int, spine: int 
     ``spine`` must be None when both hosts share a rack and a valid spine
     index otherwise.
     """
-    s_node, d_node = _endpoints(spec, src, dst)
+    s_node, d_node = endpoints(spec, src, dst)
     check_int("plane", plane, 0, spec.planes - 1)
     s_rack, d_rack = s_node.rack, d_node.rack
     assert s_rack is not None and d_rack is not None
@@ -143,7 +143,7 @@ def enumerate_paths(spec: MultiPlaneClos, src: str, dst: str) -> tuple[Path, ...
 
     ``planes * spines`` paths across racks, ``planes`` within a rack.
     """
-    s_node, d_node = _endpoints(spec, src, dst)
+    s_node, d_node = endpoints(spec, src, dst)
     if s_node.rack == d_node.rack:
         return tuple(build_path(spec, src, dst, p, None) for p in range(spec.planes))
     return tuple(
@@ -151,7 +151,7 @@ def enumerate_paths(spec: MultiPlaneClos, src: str, dst: str) -> tuple[Path, ...
     )
 
 
-def _endpoints(spec: MultiPlaneClos, src: str, dst: str):
+def endpoints(spec: MultiPlaneClos, src: str, dst: str):
     """Validate ``src``/``dst`` as two distinct hosts and return their nodes."""
     nodes = []
     for label, name in (("src", src), ("dst", dst)):
@@ -206,7 +206,7 @@ def build_cross_dc_path(
 ) -> CrossDcPath:
     """The path from ``src`` to ``dst`` (hosts of different DCs of ``sa``) via ``plane``,
     source-DC spine ``spine`` and destination-DC spine ``dst_spine``."""
-    s_node, d_node = _endpoints(sa, src, dst)
+    s_node, d_node = endpoints(sa, src, dst)
     a, b = s_node.dc, d_node.dc
     if a == b:
         raise TopologyError(
@@ -249,7 +249,7 @@ def build_cross_dc_path(
 def enumerate_cross_dc_paths(sa: ScaleAcross, src: str, dst: str) -> tuple[CrossDcPath, ...]:
     """Every path between hosts of two different DCs, ordered by ``ev``:
     ``planes * S_src * S_dst`` of them."""
-    s_node, d_node = _endpoints(sa, src, dst)
+    s_node, d_node = endpoints(sa, src, dst)
     s_sp, d_sp = sa.dcs[s_node.dc].spines, sa.dcs[d_node.dc].spines
     return tuple(
         build_cross_dc_path(sa, src, dst, p, s, t)

@@ -313,9 +313,9 @@ class ScaleAcross(GraphLookup):
         Within a DC: that DC's paths.  Across DCs:
         :class:`~topologies.paths.CrossDcPath` per (plane, src spine, dst spine).
         """
-        from topologies.paths import _endpoints, enumerate_cross_dc_paths  # imports clos
+        from topologies.paths import endpoints, enumerate_cross_dc_paths  # imports clos
 
-        a, b = (n.dc for n in _endpoints(self, src, dst))
+        a, b = (n.dc for n in endpoints(self, src, dst))
         if a == b:
             return self.dcs[a].paths(src, dst)
         return enumerate_cross_dc_paths(self, src, dst)
@@ -325,9 +325,9 @@ class ScaleAcross(GraphLookup):
     ) -> Path:
         """The path via ``plane`` and ``spine`` (``None`` within a rack) and, across DCs,
         the destination DC's ``dst_spine`` (required then, None otherwise)."""
-        from topologies.paths import _endpoints, build_cross_dc_path
+        from topologies.paths import build_cross_dc_path, endpoints
 
-        a, b = (n.dc for n in _endpoints(self, src, dst))
+        a, b = (n.dc for n in endpoints(self, src, dst))
         if a == b:
             if dst_spine is not None:
                 raise TopologyError(

@@ -35,52 +35,18 @@ previous use completed on both ends (round numbers are a good choice).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from transports import wire
 from transports.api import Tx
+from transports.bound import LossBound
 from transports.dblp_recv import MAX_CHUNKS, BoundedReceiver
 from transports.dblp_send import BoundedSender
-from transports.fill import DEFAULT_FILL, check_fill
 from transports.message import OutMsg
-from transports.mrc import INF, MrcConfig, MrcCore
+from transports.mrc import MrcConfig, MrcCore
 from transports.wire import FLAG_STOP
 
 __all__ = ["MAX_CHUNKS", "DblpCore", "LossBound"]
-
-
-@dataclass(frozen=True)
-class LossBound:
-    """How much of a message may be lost: ``tolerance`` of its chunks, or what the
-    ``deadline_s`` (seconds after ``post_recv``) leaves; ``fill`` names the policy the
-    caller applies to the missing chunks (transports/fill.py; the transport only
-    reports them)."""
-
-    tolerance: float = 0.0
-    deadline_s: float | None = None
-    fill: str = DEFAULT_FILL
-
-    def __post_init__(self) -> None:
-        t = self.tolerance
-        if isinstance(t, bool) or not isinstance(t, int | float) or not 0.0 <= t < 1.0:
-            raise ValueError(f"LossBound.tolerance={t!r} must be a number in [0, 1)")
-        d = self.deadline_s
-        if d is not None and (isinstance(d, bool) or not isinstance(d, int | float)
-                              or not 0.0 < d < INF):
-            raise ValueError(f"LossBound.deadline_s={d!r} must be a number of seconds > 0 "
-                             "(or None: no deadline)")
-        check_fill(self.fill)
-
-    @property
-    def reliable(self) -> bool:
-        return self.tolerance == 0.0 and self.deadline_s is None
-
-    def needed(self, nchunks: int) -> int:
-        """Chunks that must arrive: ceil((1 - tolerance) * nchunks), at least 1."""
-        return max(1, nchunks - math.floor(self.tolerance * nchunks + 1e-9))
-
 
 
 class DblpPolicy:

@@ -32,7 +32,7 @@ from transports.message import npackets
 from transports.wire import ACK, FLAG_LAST, FLAG_STOP, HEADER_LEN, pack_header
 
 if TYPE_CHECKING:
-    from transports.dblp import LossBound
+    from transports.bound import LossBound
     from transports.mrc import MrcCore
 
 INF = float("inf")

@@ -41,7 +41,7 @@ from transports.pathsel import NACK
 from transports.wire import ACK, FLAG_STOP_OK, HEADER_LEN, pack_header
 
 if TYPE_CHECKING:
-    from transports.dblp import LossBound
+    from transports.bound import LossBound
     from transports.mrc import MrcCore
 
 INF = float("inf")

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import resource
 import select
 import socket
@@ -35,9 +34,10 @@ import traceback
 from dataclasses import dataclass, field
 
 from emu import childproto
-from emu.kernel import CTRL_TCLASS
 from emu.srv6 import IPV6_RTHDR, srh_bytes
+from topologies.qos import CTRL_TCLASS
 from transports.api import Completion, Core
+from transports.plan import AfterGate, make_core, message_bytes
 from transports.rto import HostDelay
 from transports.wire import DATA, FLAG_TAIL, UDP_PORT
 
@@ -47,37 +47,12 @@ RX_BATCH = 64  # datagrams read per wake-up before timers are served
 MAX_INTERNAL_ERRORS = 5  # tracebacks kept of a core raising on a datagram
 
 
-def message_bytes(seed: int, size: int) -> bytes:
-    """The deterministic content of a message (both ends derive it from the seed)."""
-    return random.Random(seed).randbytes(size)
-
-
-def make_core(transport: str, conn: int, evs: int, config: dict, seed: int,
-              nics: list[int] | None = None) -> Core:
-    """A core of ``transport`` ("mrc", "rc", "dblp") for one connection; ``nics``: the NIC
-    (plane) of each EV (MRC, DBLP)."""
-    if transport == "mrc":
-        from transports.mrc import MrcConfig, MrcCore
-
-        return MrcCore(conn, evs, MrcConfig(**config), seed, nics=nics)
-    if transport == "rc":
-        from transports.rc import RcConfig, RcCore
-
-        return RcCore(conn, RcConfig(**config), seed)
-    if transport == "dblp":
-        from transports.dblp import DblpCore
-        from transports.mrc import MrcConfig
-
-        return DblpCore(conn, evs, MrcConfig(**config), seed, nics=nics)
-    raise ValueError(f"transport={transport!r} is not a UDP core: use 'mrc', 'rc' or 'dblp'")
-
-
 def _bound(item: dict) -> dict:
     """The ``bound=`` argument of a bounded-loss (DBLP) message, if the plan gives one."""
     b = item.get("bound")
     if b is None:
         return {}
-    from transports.dblp import LossBound
+    from transports.bound import LossBound
 
     return {"bound": LossBound(**b)}
 
@@ -110,7 +85,7 @@ class HostSockets:
         self.internal_errors: list[str] = []
 
     def conn(self, c: dict, core: Core) -> Conn:
-        """The ``Conn`` of plan entry ``c`` (see transports.harness.conn_spec)."""
+        """The ``Conn`` of plan entry ``c`` (see transports.plan.conn_spec)."""
         paths = c.get("paths") or [[]]
         src = c.get("src_addr", "::")
         socks = [self._sock_for(tuple(p), c.get("sport", 0), src) for p in paths]
@@ -194,35 +169,7 @@ class HostSockets:
             s.close()
 
 
-class AfterGate:
-    """Items that wait for earlier messages to complete (a plan's ``after``: one message
-    id or a list of them). ``add`` holds an item until every id it names is ``done``;
-    ids already done count as done."""
 
-    def __init__(self) -> None:
-        self._waits: dict[int, list[list]] = {}  # msg id -> [item, ids still awaited]
-        self._done: set[int] = set()
-
-    def add(self, after: int | list[int] | None, item: object) -> bool:
-        """Hold ``item`` until ``after`` completed; False if there is nothing to wait for."""
-        ids = set() if after is None else {after} if isinstance(after, int) else set(after)
-        ids -= self._done
-        if not ids:
-            return False
-        entry = [item, ids]
-        for m in ids:
-            self._waits.setdefault(m, []).append(entry)
-        return True
-
-    def done(self, msg: int) -> list:
-        """Message ``msg`` completed: the items no longer waiting for anything, in order."""
-        self._done.add(msg)
-        ready = []
-        for entry in self._waits.pop(msg, ()):
-            entry[1].discard(msg)
-            if not entry[1]:
-                ready.append(entry[0])
-        return ready
 
 
 class Driver:
@@ -378,7 +325,7 @@ class Driver:
 
 
 _CONN = struct.Struct("!I")
-# Traffic class of control packets (emu.kernel.CTRL_TCLASS: DSCP EF).
+# Traffic class of control packets (topologies/qos.py: DSCP EF).
 _CTRL_CMSG = [(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, struct.pack("i", CTRL_TCLASS))]
 
 

@@ -27,7 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 from transports.api import Completion
-from transports.driver import Conn, HostSockets, make_core
+from transports.driver import Conn, HostSockets
+from transports.plan import make_core
 
 OnDone = Callable[[Completion], None]
 

@@ -20,39 +20,9 @@ from dataclasses import dataclass, field
 from emu.errors import EmuError
 from emu.fabric import Fabric
 from emu.launch import ChildGroup
+from transports.plan import DEFAULT_CONFIG, TRANSPORTS, conn_spec
 
-TRANSPORTS = ("mrc", "rc", "tcp", "dblp")
-# RC runs with AIMD on its window, standing in for RoCE's rate control (DCQCN): a
-# fixed window overflowing shallow switch buffers would only measure go-back-N storms.
-# Emulated links are 1000x slower than real ones, so a full queue holds tens to
-# hundreds of ms: the RTO cap is raised to match (the cores' defaults suit real rates).
 READY_TIMEOUT_S = 60.0  # for every driver to bind its sockets on a busy machine
-DEFAULT_CONFIG = {"mrc": {"rto_max": 2.0}, "rc": {"aimd": True, "rto_max": 2.0}, "tcp": {},
-                  "dblp": {"rto_max": 2.0}}
-
-
-def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) -> dict:
-    """Host ``a``'s end of connection ``conn`` to ``b``, as a driver/endpoint plan entry.
-
-    MRC/DBLP: every SRv6 path of the pair (transit segments) as its EVs, and the NIC
-    (plane) of each. RC: the
-    QP of plane ``lane`` between the hosts' plane addresses, with one fixed source
-    port (ECMP picks its spine). TCP: the loopbacks.
-    """
-    c: dict = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
-    if transport in ("mrc", "dblp"):
-        paths = spec.paths(a, b)
-        c["paths"] = [[str(s) for s in p.segments[:-1]] for p in paths]
-        c["nics"] = [p.plane for p in paths]  # the NIC (plane) each EV leaves by
-    elif transport == "rc":
-        if not hasattr(spec, "plane_address"):
-            raise EmuError("rc needs a single-DC fabric: its per-plane QP addresses are not "
-                           "routed across DCs (use mrc or dblp)")
-        c["src_addr"] = str(spec.plane_address(a, lane))
-        c["peer_addr"] = str(spec.plane_address(b, lane))
-        c["sport"] = 49152 + conn  # one fixed 5-tuple: ECMP picks the spine
-    return c
-
 
 @dataclass(frozen=True)
 class Transfer:
@@ -60,7 +30,7 @@ class Transfer:
 
     ``after``: the index of an earlier transfer whose send (every part of it: all
     lanes) must complete before this one is posted (synchronous rounds). ``bound``:
-    for DBLP, the round's LossBound as a dict (tolerance, deadline_s, fill).
+    for DBLP, the round's LossBound as a dict (tolerance, deadline_s).
     """
 
     src: str

@@ -39,7 +39,7 @@ import socket
 import struct
 import time
 
-from transports.driver import AfterGate
+from transports.plan import AfterGate
 
 TCP_PORT = 4792
 _PREFIX = struct.Struct("!QQ")

@@ -33,7 +33,7 @@ from emu import childproto
 from emu.errors import EmuError
 from emu.launch import ChildGroup
 from transports.bench_cpu import summary
-from transports.harness import DEFAULT_CONFIG
+from transports.plan import DEFAULT_CONFIG
 
 TRANSPORTS = ("mrc", "rc", "gloo")
 READY_TIMEOUT_S = 120.0  # every rank imports torch and builds its communicator

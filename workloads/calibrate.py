@@ -54,7 +54,8 @@ from emu.microburst import Microburst, MicroburstSpec
 from emu.srv6 import srh_option
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross
 from transports import harness
-from transports.harness import DEFAULT_CONFIG, Transfer, TransferResult
+from transports.harness import Transfer, TransferResult
+from transports.plan import DEFAULT_CONFIG
 from transports.tcp import TCP_PORT
 from transports.wire import HEADER_LEN
 from workloads import calibration as cal
@@ -396,8 +397,8 @@ class Calibration:
 
         def one(rep: int, t: str) -> None:
             a = self.acc[t]
-            bound = ({"tolerance": self.plan.dblp_tolerance, "deadline_s": None,
-                      "fill": "zeros"} if t == "dblp" else None)
+            bound = ({"tolerance": self.plan.dblp_tolerance, "deadline_s": None}
+                     if t == "dblp" else None)
             cfg = _config(t, sport=sport)
             res, _ = self._rounds(fab, t, self.plan.healthy_rounds, bound, cfg, None)
             lat = tuple(m["latency"] for m in res.messages)

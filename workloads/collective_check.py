@@ -22,7 +22,7 @@ import numpy as np
 from emu import childproto
 from emu.errors import EmuError
 from emu.launch import ChildGroup
-from transports.harness import DEFAULT_CONFIG
+from transports.plan import DEFAULT_CONFIG
 from workloads import collectives as col
 
 READY_TIMEOUT_S = 120.0  # for every rank to import torch and bind its sockets
@@ -95,7 +95,7 @@ def run_rank(cfg: dict) -> dict:
             drive(col.hierarchical_allreduce(comm, buf, cfg["groups"]), comm)
             out["hierarchical"] = sha(buf)
         if cfg.get("bound"):
-            from transports.dblp import LossBound
+            from transports.bound import LossBound
 
             buf = x.copy()
             res = drive(col.transpose_allreduce(comm, buf, bound=LossBound(**cfg["bound"])),

@@ -54,9 +54,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from transports.dblp import LossBound
-from transports.fill import chunk_ranges
+from transports.bound import LossBound
 from workloads.comm import Comm, CommError, Handle
+from workloads.fill import chunk_ranges
 
 OPS = ("sum", "copy")
 ITEM = 4  # bytes per float32 element
@@ -482,7 +482,7 @@ def _check_flag(value: object, name: str) -> bool:
 
 def _check_bound(bound: object) -> LossBound | None:
     if bound is not None and not isinstance(bound, LossBound):
-        raise TypeError(f"bound must be a transports.dblp.LossBound or None, "
+        raise TypeError(f"bound must be a transports.bound.LossBound or None, "
                         f"not {type(bound).__name__}")
     return bound
 

@@ -53,7 +53,7 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
 
     [transport.dblp]               # only with name = "dblp" (optional there)
     policy = "phase_aware"         # "phase_aware" | "fixed" | "optireduce"
-    fill = "error_feedback"        # transports.fill.FILLS
+    fill = "error_feedback"        # workloads.fill.FILLS
     tolerance = 0.05               # fixed only: 0.05; in [0, 1)
     base = 0.05                    # phase_aware only: every PhaseAwareConfig field
     cap = 0.2                      #   (base, cap, critical_epochs, window, eta, lr_scaling),
@@ -133,8 +133,8 @@ from emu import timeline as tl
 from emu.errors import EmuError
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, Role, ScaleAcross, TopologyError
 from topologies.addressing import MAX_SCALEACROSS_DCS
-from transports.fill import DEFAULT_FILL, FILLS
-from transports.phase import PhaseAwareConfig
+from workloads.fill import DEFAULT_FILL, FILLS
+from workloads.phase import PhaseAwareConfig
 from workloads.records import POLICIES, DblpConfig
 
 __all__ = [
@@ -181,7 +181,7 @@ class FabricConfig:
     dci_loss: float = 0.0
 
     def spec(self) -> MultiPlaneClos | ScaleAcross:
-        """The topology, as `emu fabric` builds it from the same numbers (emu/cli.py)."""
+        """The topology, as `emu fabric` builds it from the same numbers (commands/cli.py)."""
         dcs = tuple(MultiPlaneClos(
             planes=self.planes, spines=self.spines, leaves=self.leaves,
             hosts_per_leaf=self.hosts_per_leaf,

@@ -2,7 +2,7 @@
 
 ``FakeCluster(transport, size)`` joins every pair of ranks with one connection of
 the chosen sans-I/O core ("mrc", "rc" or "dblp", built by
-``transports.driver.make_core`` as the real driver builds them), ``evs`` paths
+``transports.plan.make_core`` as the real driver builds them), ``evs`` paths
 per connection, each direction of each path a ``PathSpec`` (loss, reordering,
 duplication, delay, rate) so tests can impair any pair of ranks. Each rank gets
 a ``FakeComm`` (the ``Comm`` protocol of ``workloads.comm``).
@@ -25,9 +25,9 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from transports.api import Completion
-from transports.dblp import LossBound
-from transports.driver import make_core
+from transports.bound import LossBound
 from transports.fakenet import FakeNet, PathSpec
+from transports.plan import make_core
 from workloads.comm import CommError, Handle
 
 TRANSPORTS = ("mrc", "rc", "dblp")

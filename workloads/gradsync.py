@@ -7,7 +7,7 @@ future, so any ``nn.Module`` trains unchanged. Two backends:
 ``transport``
     our collectives (workloads/collectives.py) over a ``TransportComm`` (MRC, RC,
     DBLP). With DBLP, each round is a bounded-loss transpose all-reduce whose
-    tolerance comes from a policy (transports/phase.py) fed with the training
+    tolerance comes from a policy (workloads/phase.py) fed with the training
     loop's signals of the *previous* round (step, epoch, learning rate, and the
     norm of the averaged gradient, identical on every rank), so every rank picks
     the same bound for the same round, as DBLP requires.
@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from transports.dblp import LossBound
-from transports.phase import OptiReduceDeadline, Signals
+from transports.bound import LossBound
 from workloads import collectives
 from workloads.comm import drive
+from workloads.phase import OptiReduceDeadline, Signals
 from workloads.records import DblpConfig
 
 # The settings' one definition is workloads.records.DblpConfig; this name stays for callers.
@@ -82,15 +82,15 @@ class GradSync:
             self._bound, self._bound_rec = None, {}
         elif d.policy == "optireduce":  # every chunk wanted, the round ends at the deadline
             dl = self.deadline.deadline_s
-            self._bound = LossBound(0.0, dl, d.fill)
+            self._bound = LossBound(0.0, dl)
             self._bound_rec = {"tolerance": 0.0, "why": "deadline", "deadline_s": dl}
         elif self.last_norm is None:
-            self._bound = LossBound(0.0, d.deadline_s, d.fill)
+            self._bound = LossBound(0.0, d.deadline_s)
             self._bound_rec = {"tolerance": 0.0, "why": "no_signal_yet"}
         else:
             self._bound_rec = self.policy.update(
                 Signals(step=step, epoch=epoch, lr=lr, grad_norm=self.last_norm))
-            self._bound = LossBound(self._bound_rec["tolerance"], d.deadline_s, d.fill)
+            self._bound = LossBound(self._bound_rec["tolerance"], d.deadline_s)
 
     def hook(self, state: Any, bucket: Any) -> torch.futures.Future:
         """DDP comm hook: average ``bucket.buffer()`` in place; a completed future."""

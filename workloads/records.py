@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emu.childproto import READY, START
-from transports.fill import DEFAULT_FILL
-from transports.phase import (
+from workloads.fill import DEFAULT_FILL
+from workloads.phase import (
     FixedTolerance,
     OptiReduceConfig,
     OptiReduceDeadline,
@@ -97,7 +97,7 @@ class DblpConfig:
         return None if self.deadline_ms is None else self.deadline_ms / 1000.0
 
     def policy_object(self) -> FixedTolerance | PhaseAware | OptiReduceDeadline:
-        """A fresh policy object (transports/phase.py); one per rank and repetition."""
+        """A fresh policy object (workloads/phase.py); one per rank and repetition."""
         if self.policy == "fixed":
             assert self.tolerance is not None
             return FixedTolerance(self.tolerance)
@@ -121,7 +121,7 @@ class WorkerConfig:
     """Everything one rank's worker process needs (the first line of its stdin).
 
     ``conns``: peer rank -> this rank's connection plan entries to it (one per lane;
-    transports.harness.conn_spec's format), empty for gloo. ``groups``: the ranks of
+    transports.plan.conn_spec's format), empty for gloo. ``groups``: the ranks of
     each DC for the hierarchical all-reduce. ``compute_ms``: the modelled compute
     (data parallel: one step's forward + backward; pipeline: one microbatch's forward +
     backward on one stage), None in measured mode. ``first_gate``: the first step after

@@ -57,7 +57,7 @@ from emu.fabric import Fabric
 from emu.launch import Child, ChildGroup
 from emu.timeline import TimelineRunner
 from topologies.timescale import TimeScale, time_scale
-from transports.harness import DEFAULT_CONFIG
+from transports.plan import DEFAULT_CONFIG
 from workloads.experiment import Experiment
 from workloads.progress import Progress
 from workloads.records import (

@@ -16,7 +16,7 @@ from typing import Any
 
 from transports.api import Completion
 from transports.endpoint import Endpoint
-from transports.harness import conn_spec
+from transports.plan import conn_spec
 from workloads.comm import CommError, Handle
 
 UDP_TRANSPORTS = ("mrc", "rc", "dblp")

@@ -252,7 +252,7 @@ def test_experiment_errors_fail_before_anything_is_built(tmp_path):
     bad.write_text('name = "x"\n[workload]\nmodel = "digits_cnn"\nworkers = 2\nsteps = 5\n'
                    'batch_sise = 4\n')
     before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
-    p = subprocess.run([sys.executable, "-m", "emu.cli", "run", str(bad)],
+    p = subprocess.run([sys.executable, "-m", "commands.cli", "run", str(bad)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "batch_sise" in p.stderr
     after = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
@@ -266,7 +266,7 @@ def test_ctrl_c_tears_down_and_keeps_the_results(tmp_path):
                    'hosts_per_leaf = 1\n[workload]\nmodel = "digits_cnn"\nworkers = 2\n'
                    'steps = 100000\nbatch_size = 32\n')
     # its own process group, as a terminal's foreground job: Ctrl-C goes to the group
-    p = subprocess.Popen([sys.executable, "-m", "emu.cli", "run", str(exp), "--out", str(out)],
+    p = subprocess.Popen([sys.executable, "-m", "commands.cli", "run", str(exp), "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:

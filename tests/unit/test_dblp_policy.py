@@ -7,9 +7,9 @@ import pytest
 
 from transports.dblp import DblpCore, LossBound
 from transports.fakenet import FakeNet, PathSpec
-from transports.fill import DEFAULT_FILL, FILLS, ErrorFeedback, fill_missing
 from transports.mrc import MrcConfig
-from transports.phase import (
+from workloads.fill import DEFAULT_FILL, FILLS, ErrorFeedback, check_fill, fill_missing
+from workloads.phase import (
     FixedTolerance,
     OptiReduceConfig,
     OptiReduceDeadline,
@@ -177,3 +177,9 @@ def test_optireduce_round_ends_at_the_deadline():
         pol.update(cr.t - t0, cr.delivered)
         net.run(net.now + 2e-3)  # let the STOP exchange finish
     assert ratios[-1] == 1.0  # the deadline grew to what the round needs
+
+
+def test_unknown_fill_policy_named():
+    with pytest.raises(ValueError, match="unknown fill policy 'mean': valid are "):
+        check_fill("mean")
+    assert check_fill(DEFAULT_FILL) == DEFAULT_FILL

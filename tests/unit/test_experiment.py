@@ -12,8 +12,8 @@ import pytest
 from emu.errors import EmuError
 from emu.timeline import Restore
 from topologies import MultiPlaneClos, ScaleAcross
-from transports.phase import FixedTolerance, OptiReduceDeadline, PhaseAware, PhaseAwareConfig
 from workloads import experiment as ex
+from workloads.phase import FixedTolerance, OptiReduceDeadline, PhaseAware, PhaseAwareConfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "experiments" / "training"
 

@@ -150,7 +150,7 @@ def test_table_errors_name_the_row(tmp_path):
 
 def _cli(args, tmp_path, user=None):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "emu.cli", *args]
+    cmd = [sys.executable, "-m", "commands.cli", *args]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -207,7 +207,7 @@ def test_cli_input_error_names_the_key(tmp_path):
 def test_explore_loads_neither_torch_nor_mininet_nor_pyroute2(tmp_path):
     code = (
         "import sys\n"
-        "from emu.cli import main\n"
+        "from commands.cli import main\n"
         f"rc = main(['explore', {str(ROOT / 'experiments/explore/small_2dc.toml')!r}, "
         f"'--out', {str(tmp_path / 'o')!r}, '--no-points', '--no-baselines'])\n"
         "heavy = sorted(m for m in ('torch', 'mininet', 'pyroute2') if m in sys.modules)\n"

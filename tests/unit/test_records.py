@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 
 from emu.errors import EmuError
-from transports.phase import PhaseAwareConfig
 from workloads import experiment
 from workloads import runner as rn
 from workloads import worker as wk
+from workloads.phase import PhaseAwareConfig
 from workloads.records import (
     DblpConfig,
     Done,

@@ -411,7 +411,7 @@ def test_path_argument_errors() -> None:
 
 def test_mininet_topo_builds_from_scaleacross() -> None:
     pytest.importorskip("mininet.topo")
-    from topologies.mininet_topo import MultiPlaneClosTopo, topos
+    from emu.mininet_topo import MultiPlaneClosTopo, topos
 
     sa = THREE
     topo = MultiPlaneClosTopo(sa)

@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("mininet.topo")
 
+from emu.mininet_topo import MultiPlaneClosTopo, topos  # noqa: E402
 from topologies import MultiPlaneClos  # noqa: E402
-from topologies.mininet_topo import MultiPlaneClosTopo, topos  # noqa: E402
 
 
 class _FakeRouter:  # stands in for emu.nodes.LinuxRouter; never instantiated here

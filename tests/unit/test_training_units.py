@@ -140,8 +140,8 @@ def test_worker_configs_plan_connections_per_transport():
 def test_gradsync_bound_needs_a_norm_and_ignores_a_steady_one():
     """Round 0 has no gradient-norm signal: reliable. A steady norm afterwards never
     looks like a critical regime (no spurious lossless window)."""
-    from transports.phase import PhaseAwareConfig
     from workloads.gradsync import GradSync
+    from workloads.phase import PhaseAwareConfig
     from workloads.records import DblpConfig
 
     sync = GradSync("transport", 4, comm=None, dblp=DblpConfig(

@@ -9,10 +9,9 @@ import pytest
 
 from topologies import MultiPlaneClos
 from transports import wire
-from transports.driver import make_core
 from transports.fakenet import FakeNet, PathSpec, exchange
-from transports.harness import conn_spec
 from transports.mrc import EV_GOOD, MrcConfig, MrcCore
+from transports.plan import conn_spec, make_core
 
 FAST = MrcConfig(rto_min=200e-6, rto_init=1e-3, probe_min=200e-6, probe_max=5e-3)
 NICS = [0, 0, 0, 0, 1, 1, 1, 1]

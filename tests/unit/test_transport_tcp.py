@@ -13,8 +13,8 @@ import time
 import pytest
 
 from topologies import MultiPlaneClos
-from transports.driver import message_bytes
 from transports.harness import Transfer, plan_transfers
+from transports.plan import message_bytes
 from transports.tcp import parse_tcp_info, run_tcp
 
 SPEC = MultiPlaneClos(planes=2, spines=2, leaves=2, hosts_per_leaf=2)

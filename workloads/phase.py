@@ -29,8 +29,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from transports.dblp import LossBound
-from transports.fill import DEFAULT_FILL
+from transports.bound import LossBound
 
 
 @dataclass(frozen=True)
@@ -58,9 +57,9 @@ def _check_tol(name: str, t: float) -> None:
         raise ValueError(f"{name}={t!r} must be in [0, 1)")
 
 
-def bound(record: dict, deadline_s: float | None = None, fill: str = DEFAULT_FILL) -> LossBound:
+def bound(record: dict, deadline_s: float | None = None) -> LossBound:
     """The LossBound of a round from its policy record (and an optional deadline)."""
-    return LossBound(record.get("tolerance", 0.0), record.get("deadline_s", deadline_s), fill)
+    return LossBound(record.get("tolerance", 0.0), record.get("deadline_s", deadline_s))
 
 
 class FixedTolerance:

@@ -49,8 +49,8 @@ from emu.fabric import Fabric
 from emu.microburst import Microburst, MicroburstSpec
 from topologies import LinkSpec, MultiPlaneClos
 from transports.harness import Transfer, TransferResult, run_transfers
-from transports.phase import PhaseAware, PhaseAwareConfig, Signals
 from transports.tcp import TCP_PORT
+from workloads.phase import PhaseAware, PhaseAwareConfig, Signals
 
 SPEC = MultiPlaneClos(planes=2, spines=4, leaves=4, hosts_per_leaf=3,
                       host_link=LinkSpec(100.0, 16), fabric_link=LinkSpec(100.0, 16))
@@ -134,7 +134,7 @@ def synthetic_schedule(n: int, rounds_per_epoch: int = 8) -> list[dict]:
         lr = 0.001 + 0.5 * (0.1 - 0.001) * (1 + math.cos(math.pi * i / n))
         norm = 1.0 / (1 + 0.05 * i) * (3.0 if jump <= i < jump + 2 else 1.0)
         rec = policy.update(Signals(step=i, epoch=i // rounds_per_epoch, lr=lr, grad_norm=norm))
-        out.append({**rec, "deadline_s": None, "fill": "zeros"})
+        out.append({**rec, "deadline_s": None})
     return out
 
 
@@ -303,12 +303,10 @@ def bench_dblp(say: Callable[[str], None] = print, quick: bool = False) -> dict:
             "mrc_reliable": ("mrc", [None] * n),
             "rc_reliable": ("rc", [None] * n),
             "tcp_reliable": ("tcp", [None] * n),
-            "mlt_fixed_0.05": ("dblp", [{"tolerance": 0.05, "deadline_s": None,
-                                         "fill": "zeros"}] * n),
+            "mlt_fixed_0.05": ("dblp", [{"tolerance": 0.05, "deadline_s": None}] * n),
             # Timeout-bounded: every chunk is wanted, but the round ends at the deadline.
-            "optireduce": ("dblp", [{"tolerance": 0.0, "deadline_s": deadline_s,
-                                     "fill": "zeros"}] * n),
-            "dblp_phase_aware": ("dblp", [{k: b[k] for k in ("tolerance", "deadline_s", "fill")}
+            "optireduce": ("dblp", [{"tolerance": 0.0, "deadline_s": deadline_s}] * n),
+            "dblp_phase_aware": ("dblp", [{k: b[k] for k in ("tolerance", "deadline_s")}
                                           for b in phase]),
         }
         for setting in SETTINGS:

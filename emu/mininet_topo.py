@@ -5,8 +5,8 @@ switches with ``role="dci"``).
 Usable from Python (``MultiPlaneClosTopo(spec, router_cls=...)``) and from
 the command line::
 
-    mn --custom topologies/mininet_topo.py --topo mpclos,2,4,4,4
-    mn --custom topologies/mininet_topo.py --link tc --topo scaleacross,2,2,4,4,4
+    mn --custom emu/mininet_topo.py --topo mpclos,2,4,4,4
+    mn --custom emu/mininet_topo.py --link tc --topo scaleacross,2,2,4,4,4
 
 ``mn --custom`` execs this file with a bare globals dict and then copies
 *every* global into its own namespace, so module-level names here are kept

@@ -180,7 +180,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         res = bench_fabric(say=_progress, large=not args.quick)
     elif args.bench == "dblp":
-        from transports.bench_dblp import bench_dblp
+        from workloads.bench_dblp import bench_dblp
 
         res = bench_dblp(say=_progress, quick=args.quick)
     elif args.bench == "training":
