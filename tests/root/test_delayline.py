@@ -128,11 +128,6 @@ def udp(ns: Namespace, addr: str, port: int = 0) -> socket.socket:
     return s
 
 
-def gone(pid: int) -> bool:
-    """True once ``pid`` no longer runs (exited, or a zombie waiting for its parent)."""
-    return not pid_alive(pid)
-
-
 # -- measurements -----------------------------------------------------------------------------
 
 
@@ -486,10 +481,10 @@ def test_stop_leaves_nothing(pair: tuple[Namespace, Namespace]) -> None:
     links_a, links_b = a.links(), b.links()
     line = open_line(pair, 2.0)
     pid = line.pid
-    assert pid is not None and not gone(pid)
+    assert pid is not None and pid_alive(pid)
     assert IF_A in a.links() and IF_B in b.links()
     line.stop()
-    assert gone(pid)
+    assert not pid_alive(pid)
     assert a.links() == links_a and b.links() == links_b
     line.stop()  # idempotent
 
@@ -525,12 +520,12 @@ def test_relay_dies_with_parent(pair: tuple[Namespace, Namespace]) -> None:
     try:
         assert parent.stdout is not None
         relay = int(parent.stdout.readline())
-        assert not gone(relay) and IF_A in a.links()
+        assert pid_alive(relay) and IF_A in a.links()
     finally:
         parent.kill()
         parent.wait()
     deadline = time.monotonic() + 5
-    while not gone(relay) or IF_A in a.links() or IF_B in b.links():
+    while pid_alive(relay) or IF_A in a.links() or IF_B in b.links():
         assert time.monotonic() < deadline, "relay or TAPs outlived the parent"
         time.sleep(0.01)
 

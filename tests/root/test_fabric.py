@@ -47,18 +47,13 @@ def link_names() -> set[str]:
     return {line.split(": ")[1].split("@")[0] for line in out.splitlines() if line.strip()}
 
 
-def gone(pid: int) -> bool:
-    """True once ``pid`` no longer runs (exited, or a zombie waiting for its parent)."""
-    return not pid_alive(pid)
-
-
 def wait_gone(pids: list[int], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(gone(p) for p in pids):
+        if all(not pid_alive(p) for p in pids):
             return
         time.sleep(0.01)
-    pytest.fail(f"processes {[p for p in pids if not gone(p)]} still run after {timeout} s")
+    pytest.fail(f"processes {[p for p in pids if pid_alive(p)]} still run after {timeout} s")
 
 
 def udp_socket(fab: Fabric, host: str, port: int = 0, path: Path | None = None) -> socket.socket:
@@ -192,7 +187,7 @@ def test_teardown_leaves_no_namespace_process_or_veth():
         fab.stop()
     assert our_netns_names() == names_before
     assert registry.processes_in(inodes) == []
-    assert [p for p in pids if not gone(p)] == []
+    assert [p for p in pids if pid_alive(p)] == []
     assert not state.exists()
     assert link_names() == links_before
     assert fab.kernels == {} and fab.net is None
@@ -234,7 +229,7 @@ def _crash_and_clean(live: Fabric) -> None:
     assert "live" not in report.fabrics
     assert f"live (pid {os.getpid()})" in report.skipped_running
     assert live_names <= our_netns_names()
-    assert [p for p in live_pids if gone(p)] == []
+    assert [p for p in live_pids if not pid_alive(p)] == []
     assert CRASH_NAMES <= set(report.namespaces)
     assert len(sleepers) <= report.processes <= len(sleepers) + len(pids)
     assert not CRASH_NAMES & our_netns_names()
@@ -249,7 +244,7 @@ def test_new_fabric_of_a_crashed_name_cleans_it_first():
     sleepers = crash_a_fabric(SMALL_ARGS)
     old = registry.FabricState.load(CRASH_STATE)
     old_pids = [r["pid"] for r in old.namespaces.values()] + sleepers
-    assert not [p for p in sleepers if gone(p)]
+    assert not [p for p in sleepers if not pid_alive(p)]
     assert CRASH_NAMES <= our_netns_names()
     messages: list[str] = []
     with Fabric(SMALL_SPEC, name="crash", progress=messages.append) as fab:

@@ -87,11 +87,6 @@ def drop_intervals(samples: list[tuple[float, int]]) -> list[tuple[float, float,
     return [(t0, t1, d1 - d0) for (t0, d0), (t1, d1) in pairs if d1 > d0]
 
 
-def gone(pid: int) -> bool:
-    """True once ``pid`` no longer runs (exited, or a zombie waiting for its parent)."""
-    return not pid_alive(pid)
-
-
 def burst_processes(fab: Fabric) -> list[int]:
     """Processes in the fabric's namespaces that run the burst sender."""
     inodes = {ns_inode(k.pid) for k in fab.kernels.values()} - {None}
@@ -164,7 +159,7 @@ def test_drops_happen_only_inside_on_windows(incast):
 
 
 def test_stop_leaves_no_burst_process(fab, incast):
-    assert incast.pids and all(gone(p) for p in incast.pids)
+    assert incast.pids and all(not pid_alive(p) for p in incast.pids)
     assert burst_processes(fab) == []
     # an unbounded pattern runs until stopped, and stop() ends it promptly
     mb = Microburst(fab, MicroburstSpec("p0l0:h1", ("h0", "h2"), on_ms=5, every_ms=50))
@@ -174,7 +169,7 @@ def test_stop_leaves_no_burst_process(fab, incast):
     t = time.monotonic()
     mb.stop()
     assert time.monotonic() - t < 1.0
-    assert all(gone(p) for p in mb.pids.values())
+    assert all(not pid_alive(p) for p in mb.pids.values())
     assert burst_processes(fab) == []
     rep = mb.report()
     assert all(s["bursts"] >= 5 for s in rep["sources"].values())
@@ -189,7 +184,7 @@ def test_an_armed_burst_that_never_fires_sends_nothing_and_stops(fab):
     # end of file on stdin ended each waiting sender: it reported on its own, sent nothing
     assert all(r is not None and r["fired"] is False and r["datagrams"] == 0
                for r in mb.results.values()), mb.results
-    assert all(gone(p) for p in mb.pids.values())
+    assert all(not pid_alive(p) for p in mb.pids.values())
     assert burst_processes(fab) == []
     with pytest.raises(EmuError, match="fired and stopped"):
         mb.report()

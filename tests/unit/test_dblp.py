@@ -7,8 +7,10 @@ import pytest
 
 from transports import wire
 from transports.dblp import DblpCore, LossBound
-from transports.fakenet import FakeNet, PathSpec
+from transports.fakenet import PathSpec
 from transports.mrc import MrcConfig, MrcCore
+
+from corepair import connect_pair
 
 FAST = MrcConfig(rto_min=200e-6, rto_init=1e-3, probe_min=200e-6, probe_max=5e-3)
 MTU = FAST.mtu_payload
@@ -17,9 +19,7 @@ MTU = FAST.mtu_payload
 def pair(seed, spec=None, cls=DblpCore, evs=8):
     spec = spec or PathSpec(delay=10e-6)
     a, b = cls(7, evs, FAST, seed * 2 + 1), cls(7, evs, FAST, seed * 2 + 2)
-    net = FakeNet(seed)
-    net.connect("a", a, "b", b, [spec] * evs)
-    return net, a, b
+    return connect_pair(a, b, [spec] * evs, seed)
 
 
 def round_trip(net, a, b, data, bound, until=5.0, msg=1, buf=None):

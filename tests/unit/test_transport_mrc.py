@@ -6,8 +6,10 @@ import pytest
 
 from transports import wire
 from transports.cc import NsccConfig
-from transports.fakenet import FakeNet, PathSpec, exchange
+from transports.fakenet import PathSpec, exchange
 from transports.mrc import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, MrcConfig, MrcCore
+
+from corepair import check_all, connect_pair, messages
 
 DEFAULT_SPEC = PathSpec()
 FAST = MrcConfig(rto_min=200e-6, rto_init=1e-3, probe_min=200e-6, probe_max=5e-3)
@@ -15,24 +17,10 @@ FAST = MrcConfig(rto_min=200e-6, rto_init=1e-3, probe_min=200e-6, probe_max=5e-3
 
 def pair(evs=8, cfg=FAST, seed=0, spec=DEFAULT_SPEC, specs=None):
     a, b = MrcCore(7, evs, cfg, seed * 2 + 1), MrcCore(7, evs, cfg, seed * 2 + 2)
-    net = FakeNet(seed)
-    net.connect("a", a, "b", b, specs or [spec] * evs)
-    return net, a, b
-
-
-def messages(seed, sizes):
-    r = random.Random(seed)
-    return {i + 1: r.randbytes(n) for i, n in enumerate(sizes)}
+    return connect_pair(a, b, specs or [spec] * evs, seed)
 
 
 SIZES = [0, 1, 7999, 8000, 8001, 100_000, 600_000]
-
-
-def check_all(net, msgs, bufs):
-    assert sorted(c.msg for c in net.done["a"] if c.ok) == sorted(msgs)
-    assert sorted(c.msg for c in net.done["b"] if c.ok) == sorted(msgs)
-    for m, d in msgs.items():
-        assert bufs[m] == d, f"message {m} differs"
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

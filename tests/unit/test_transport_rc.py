@@ -5,30 +5,18 @@ import random
 import pytest
 
 from transports import wire
-from transports.fakenet import FakeNet, PathSpec, exchange
+from transports.fakenet import PathSpec, exchange
 from transports.rc import RcConfig, RcCore
+
+from corepair import check_all, connect_pair, messages
 
 FAST = RcConfig(rto_min=200e-6, rto_init=1e-3, window_pkts=32)
 SIZES = [0, 1, 8000, 8001, 100_000, 400_000]
 
 
 def pair(cfg=FAST, seed=0, spec=None):
-    a, b = RcCore(9, cfg, 1), RcCore(9, cfg, 2)
-    net = FakeNet(seed)
-    net.connect("a", a, "b", b, [spec or PathSpec(delay=10e-6)])
-    return net, a, b
-
-
-def messages(seed, sizes):
-    r = random.Random(seed)
-    return {i + 1: r.randbytes(n) for i, n in enumerate(sizes)}
-
-
-def check_all(net, msgs, bufs):
-    assert sorted(c.msg for c in net.done["a"] if c.ok) == sorted(msgs)
-    assert sorted(c.msg for c in net.done["b"] if c.ok) == sorted(msgs)
-    for m, d in msgs.items():
-        assert bufs[m] == d
+    return connect_pair(RcCore(9, cfg, 1), RcCore(9, cfg, 2), [spec or PathSpec(delay=10e-6)],
+                        seed)
 
 
 @pytest.mark.parametrize("aimd", [False, True])

@@ -9,15 +9,15 @@ from transports import wire
 from transports.fakenet import FakeNet, PathSpec
 from transports.mrc import MrcConfig, MrcCore
 
+from corepair import connect_pair
+
 MS = 1e-3
 CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=50e-3)
 
 
 def pair(seed, evs=4, spec=None):
     a, b = MrcCore(3, evs, CFG, seed), MrcCore(3, evs, CFG, seed + 50)
-    net = FakeNet(seed)
-    net.connect("a", a, "b", b, [spec or PathSpec(delay=0.25 * MS)] * evs)
-    return net, a, b
+    return connect_pair(a, b, [spec or PathSpec(delay=0.25 * MS)] * evs, seed)
 
 
 def lose_first_copy(net, psn, kind=wire.DATA, src="a"):
