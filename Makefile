@@ -1,8 +1,11 @@
-# scaleacross-emu. Every target that runs the emulator needs root (sudo make ...).
+# scaleacross-emu. Every target that runs the emulator needs root (sudo make ...);
+# `make unit` and `make lint` need neither root nor a network namespace, only the
+# venv that `sudo make setup` (or any root target) created once.
 VENV := .venv
 EMU  := $(VENV)/bin/emu
+PY   := $(VENV)/bin/python
 
-.PHONY: setup demo test bench clean lint
+.PHONY: setup demo test unit bench clean lint venv
 
 setup:
 	bash scripts/setup.sh
@@ -19,5 +22,14 @@ bench: setup
 clean: setup
 	$(EMU) clean
 
-lint: setup
+# The fast loop: no root, no set-up step, no fabric.
+venv:
+	@test -x $(PY) || { echo "no $(VENV): run 'sudo make setup' once first" >&2; exit 1; }
+
+unit: venv
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache

@@ -63,9 +63,11 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     with Fabric(spec, name=args.name, progress=_progress, control_plane=args.control_plane,
                 bfd=_bfd(args), delay_backend=args.delay_backend) as fab:
         bt = fab.build_times
+        assert bt is not None  # set by the build that entering the Fabric ran
         print(f"fabric {args.name!r} up: {len(spec.nodes)} namespaces, {len(spec.links)} links, "
               f"{sum(len(p.routes) for p in fab.plans.values())} routes in {bt.total:.2f} s")
         if fab.delay_backend_used:
+            assert isinstance(spec, ScaleAcross)  # only DCI links get a delay backend
             print(f"  DCI links: {spec.dci.delay_ms:g} ms one way via "
                   f"{fab.delay_backend_used} delay")
         first, last = spec.hosts[0].name, spec.hosts[-1].name

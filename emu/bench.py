@@ -57,7 +57,7 @@ def _time_plain(spec: MultiPlaneClos) -> dict:
     net.build()
     net.start()
     build = time.monotonic() - t0
-    inodes = {ns_inode(n.pid) for n in net.hosts + net.switches} - {None}
+    inodes = {i for n in net.hosts + net.switches if (i := ns_inode(n.pid)) is not None}
     t1 = time.monotonic()
     try:
         net.stop()

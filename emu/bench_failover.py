@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from emu import convergence
 from emu.errors import require_root
@@ -73,13 +74,14 @@ def bench_failover(say: Callable[[str], None] = print, bfd: BfdTimers | None = N
             lost = sum(r.lost for r in res)
             hit = [r for r in res if r.lost]
             applied = next((e for e in events if e["action"] == "measured"), {})
-            row = {"kind": label, "failure": failure.describe(),
-                   "convergence_s": applied.get("convergence_s"),
-                   "convergence_note": applied.get("convergence"),
-                   "sent": sent, "lost": lost, "lost_fraction": round(lost / sent, 4),
-                   "flows_hit": len(hit), "flows": len(res),
-                   "longest_gap_s": round(max(r.max_gap_s for r in res), 4),
-                   "nominal_gap_s": round(gap, 4), "events": events}
+            row: dict[str, Any] = {
+                "kind": label, "failure": failure.describe(),
+                "convergence_s": applied.get("convergence_s"),
+                "convergence_note": applied.get("convergence"),
+                "sent": sent, "lost": lost, "lost_fraction": round(lost / sent, 4),
+                "flows_hit": len(hit), "flows": len(res),
+                "longest_gap_s": round(max(r.max_gap_s for r in res), 4),
+                "nominal_gap_s": round(gap, 4), "events": events}
             out["kinds"].append(row)
             conv = (f"{row['convergence_s'] * 1000:.0f} ms" if row["convergence_s"] is not None
                     else row["convergence_note"])

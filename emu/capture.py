@@ -183,8 +183,11 @@ class Capture:
         while time.monotonic() < deadline and proc.poll() is None:
             mark = len(self._stderr)
             proc.send_signal(signal.SIGUSR1)
-            found = self._read_until(
-                proc, lambda m=mark: _INFO.search(self._stderr, m) is not None, deadline)
+
+            def counters_printed(m: int = mark) -> bool:
+                return _INFO.search(self._stderr, m) is not None
+
+            found = self._read_until(proc, counters_printed, deadline)
             if not found:
                 return
             *_, last = _INFO.finditer(self._stderr, mark)

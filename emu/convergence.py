@@ -86,7 +86,12 @@ def measure(fab, failure: Failure, timeout: float = 10.0) -> dict:
     by_node: dict[str, list[Withdrawal]] = {}
     for w in wanted:
         by_node.setdefault(w.node, []).append(w)
-    threads = [threading.Thread(target=lambda ws=ws: [one(w) for w in ws], daemon=True)
+
+    def each(ws: list[Withdrawal]) -> None:
+        for w in ws:
+            one(w)
+
+    threads = [threading.Thread(target=each, args=(ws,), daemon=True)
                for ws in by_node.values()]
     for t in threads:
         t.start()

@@ -83,6 +83,7 @@ def run_demo(out_dir: FsPath, seconds: float = 1.0,
              (hosts[per_rack + 1], hosts[2 * per_rack])]
     with Fabric(spec, progress=lambda m: say(f"  fabric: {m}")) as fab:
         bt = fab.build_times
+        assert bt is not None  # set by a successful start() (the with block)
         results["build_seconds"] = round(bt.total, 3)
         say(f"built {len(spec.nodes)} namespaces, {len(spec.links)} links in {bt.total:.2f} s")
 

@@ -93,10 +93,10 @@ class Fabric:
                 raise EmuError("control_plane='bgp' is not available for ScaleAcross fabrics "
                                "yet (DCI routers run no BGP): use control_plane='static'")
             self.plans: dict[str, NodePlan] = plan_scaleacross(spec)
+            self.bgp: dict[str, frr.SwitchConfig] = {}
         else:
             self.plans = plan_fabric(spec, ecmp=control_plane)
-        self.bgp: dict[str, frr.SwitchConfig] = (
-            frr.plan_bgp(spec, self.plans, bfd) if control_plane == "bgp" else {})
+            self.bgp = frr.plan_bgp(spec, self.plans, bfd) if control_plane == "bgp" else {}
         self.frr: FrrRunner | None = None
         self.net: EmuNet | None = None
         self.kernels: dict[str, NodeKernel] = {}
@@ -184,6 +184,7 @@ class Fabric:
         create_veths(pairs)
         netem: dict[str, dict[str, tuple[float, float]]] = {}
         for index, lk in enumerate(long_haul):
+            assert isinstance(spec, ScaleAcross)  # only a ScaleAcross has long-haul links
             if self.delay_backend_used == "netem":
                 # Half the loss at each end gives about the configured loss one way.
                 for end in (lk.a, lk.b):
@@ -238,6 +239,7 @@ class Fabric:
         """
         if self.frr is None:
             raise EmuError("wait_converged needs a running fabric with control_plane='bgp'")
+        assert isinstance(self.spec, MultiPlaneClos)  # __init__ refuses bgp on a ScaleAcross
         t0 = time.monotonic()
         deadline = t0 + timeout
         next_report = t0 + 1.0

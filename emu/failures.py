@@ -28,6 +28,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, replace
+from typing import Protocol, cast
 
 from emu.burst_geometry import check_mode, geometry
 from emu.burst_report import spread
@@ -36,13 +37,15 @@ from emu.errors import EmuError
 from emu.fabric import Fabric
 from emu.kernel import FIFO_HANDLE, HTB_CLASS, HTB_DATA, HTB_ROOT, NUD_PERMANENT, htb_class
 from emu.microburst import Microburst, MicroburstSpec, plan_routes, start_all
-from topologies import Link, LinkSpec, MultiPlaneClos, Role, TopologyError
+from topologies import DciSpec, Link, LinkSpec, MultiPlaneClos, Role, ScaleAcross, TopologyError
 
 STARTED_WAIT_S = 0.1  # after a burst's first window opens, for its senders to report
 MAX_WAIT_S = 1.0  # a first window further away than this is not waited for
 
+Topology = MultiPlaneClos | ScaleAcross  # what a Fabric runs (Fabric.spec)
 
-def _check_link(spec: MultiPlaneClos, name: str) -> Link:
+
+def _check_link(spec: Topology, name: str) -> Link:
     try:
         return spec.link(name)
     except TopologyError as e:
@@ -80,8 +83,15 @@ def _set_links_state(fab: Fabric, links: tuple[Link, ...], up: bool) -> None:
                 fab.kernels[node].install_route(route, replace=True)
 
 
-def _links_of_switch(spec: MultiPlaneClos, switch: str) -> tuple[Link, ...]:
+def _links_of_switch(spec: Topology, switch: str) -> tuple[Link, ...]:
     return tuple(lk for lk in spec.links if switch in (lk.a.node, lk.b.node))
+
+
+class _CutsLinks(Protocol):
+    """A failure that takes its ``links`` down (LinkDown, and SwitchDown and PlaneDown,
+    which borrow LinkDown's ``apply`` and ``restore``)."""
+
+    def links(self, spec: Topology) -> tuple[Link, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -90,16 +100,16 @@ class LinkDown:
 
     link: str
 
-    def validate(self, spec: MultiPlaneClos) -> None:
+    def validate(self, spec: Topology) -> None:
         _check_link(spec, self.link)
 
-    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+    def links(self, spec: Topology) -> tuple[Link, ...]:
         return (_check_link(spec, self.link),)
 
-    def apply(self, fab: Fabric) -> None:
+    def apply(self: _CutsLinks, fab: Fabric) -> None:
         _set_links_state(fab, self.links(fab.spec), up=False)
 
-    def restore(self, fab: Fabric, handle: object = None) -> None:
+    def restore(self: _CutsLinks, fab: Fabric, handle: object = None) -> None:
         _set_links_state(fab, self.links(fab.spec), up=True)
 
     def describe(self) -> dict:
@@ -128,7 +138,7 @@ class BusiestUplinkDown:
     def leaves(self) -> list[str]:
         return [n.strip() for n in self.leaf.split(",") if n.strip()]
 
-    def validate(self, spec: MultiPlaneClos) -> None:
+    def validate(self, spec: Topology) -> None:
         if not self.leaves():
             raise EmuError(f"leaf={self.leaf!r}: name a leaf, e.g. 'p0l0' or 'p0l0,p1l0'")
         for name in self.leaves():
@@ -141,7 +151,7 @@ class BusiestUplinkDown:
         if not 0 < self.sample_s <= 10:
             raise EmuError(f"sample_s={self.sample_s!r} must be in (0, 10] seconds")
 
-    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+    def links(self, spec: Topology) -> tuple[Link, ...]:
         out = []
         for leaf in self.leaves():
             out += [lk for lk in _links_of_switch(spec, leaf)
@@ -194,7 +204,7 @@ class SwitchDown:
 
     switch: str
 
-    def validate(self, spec: MultiPlaneClos) -> None:
+    def validate(self, spec: Topology) -> None:
         try:
             node = spec.node(self.switch)
         except TopologyError as e:
@@ -203,7 +213,7 @@ class SwitchDown:
             valid = ", ".join(n.name for n in spec.switches[:8])
             raise EmuError(f"{self.switch!r} is a host, not a switch; switches: {valid}, ...")
 
-    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+    def links(self, spec: Topology) -> tuple[Link, ...]:
         return _links_of_switch(spec, self.switch)
 
     apply = LinkDown.apply
@@ -219,13 +229,13 @@ class PlaneDown:
 
     plane: int
 
-    def validate(self, spec: MultiPlaneClos) -> None:
+    def validate(self, spec: Topology) -> None:
         if isinstance(self.plane, bool) or not isinstance(self.plane, int) or not (
                 0 <= self.plane < spec.planes):
             raise EmuError(f"plane={self.plane!r} is invalid: valid planes are "
                            f"0..{spec.planes - 1}")
 
-    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+    def links(self, spec: Topology) -> tuple[Link, ...]:
         return tuple(lk for lk in spec.links if lk.plane == self.plane)
 
     apply = LinkDown.apply
@@ -243,14 +253,14 @@ class LinkFlap:
     period_s: float
     duty: float = 0.5
 
-    def validate(self, spec: MultiPlaneClos) -> None:
+    def validate(self, spec: Topology) -> None:
         _check_link(spec, self.link)
         if not 0.02 <= self.period_s <= 3600:
             raise EmuError(f"period_s={self.period_s} is invalid: must be in [0.02, 3600]")
         if not 0 < self.duty < 1:
             raise EmuError(f"duty={self.duty} is invalid: must be in (0, 1) (fraction down)")
 
-    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+    def links(self, spec: Topology) -> tuple[Link, ...]:
         return (_check_link(spec, self.link),)
 
     def apply(self, fab: Fabric) -> tuple[threading.Event, threading.Thread]:
@@ -272,7 +282,7 @@ class LinkFlap:
         return stop, t
 
     def restore(self, fab: Fabric, handle: object = None) -> None:
-        stop, t = handle  # type: ignore[misc]
+        stop, t = cast(tuple[threading.Event, threading.Thread], handle)  # what apply returned
         stop.set()
         t.join()
 
@@ -288,20 +298,20 @@ class GrayLink:
     link: str
     loss: float
 
-    def validate(self, spec: MultiPlaneClos) -> None:
+    def validate(self, spec: Topology) -> None:
         _check_link(spec, self.link)
         if isinstance(self.loss, bool) or not 0 <= self.loss <= 1:
             raise EmuError(f"loss={self.loss!r} is invalid: must be a fraction in [0, 1]")
 
-    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+    def links(self, spec: Topology) -> tuple[Link, ...]:
         return (_check_link(spec, self.link),)
 
-    def _switch_end(self, spec: MultiPlaneClos) -> tuple[str, str]:
+    def _switch_end(self, spec: Topology) -> tuple[str, str]:
         lk = _check_link(spec, self.link)
         # Host links: the leaf end (b). Fabric links: the leaf end (a); both see both directions.
         return (lk.b.node, lk.b.ifname) if lk.tier == "host" else (lk.a.node, lk.a.ifname)
 
-    def table(self, spec: MultiPlaneClos) -> str:
+    def table(self, spec: Topology) -> str:
         return f"sae_gray_{self._switch_end(spec)[1]}"
 
     def apply(self, fab: Fabric) -> None:
@@ -337,14 +347,14 @@ class RateDegrade:
     link: str
     rate_mbit: float
 
-    def validate(self, spec: MultiPlaneClos) -> None:
+    def validate(self, spec: Topology) -> None:
         lk = _check_link(spec, self.link)
         try:
             replace(lk.spec, rate_mbit=self.rate_mbit)
         except TopologyError as e:
             raise EmuError(str(e)) from None
 
-    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+    def links(self, spec: Topology) -> tuple[Link, ...]:
         return (_check_link(spec, self.link),)
 
     def _set(self, fab: Fabric, spec: LinkSpec) -> None:
@@ -366,6 +376,12 @@ class RateDegrade:
         return {"kind": "rate_degrade", "link": self.link, "rate_mbit": self.rate_mbit}
 
 
+def _dci(fab: Fabric) -> DciSpec:
+    spec = fab.spec
+    assert isinstance(spec, ScaleAcross)  # DciDelay.validate: only a ScaleAcross has DCI links
+    return spec.dci
+
+
 @dataclass(frozen=True)
 class DciDelay:
     """The one-way delay of a long-haul DCI ``link`` becomes ``delay_ms`` until restored
@@ -374,7 +390,7 @@ class DciDelay:
     link: str
     delay_ms: float
 
-    def validate(self, spec: MultiPlaneClos) -> None:
+    def validate(self, spec: Topology) -> None:
         lk = _check_link(spec, self.link)
         if lk.tier != "dci":
             dci = [x.name for x in spec.links if x.tier == "dci"]
@@ -385,7 +401,7 @@ class DciDelay:
         except ValueError as e:
             raise EmuError(str(e)) from None
 
-    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+    def links(self, spec: Topology) -> tuple[Link, ...]:
         return (_check_link(spec, self.link),)
 
     def _set(self, fab: Fabric, delay_ms: float) -> None:
@@ -396,14 +412,14 @@ class DciDelay:
         for node, ifname in _ends(lk):
             k = fab.kernels[node]
             k.ipr.tc("change", "netem", k.ifindex[ifname], FIFO_HANDLE, parent=HTB_DATA,
-                     delay=int(delay_ms * 1000), loss=fab.spec.dci.loss * 100,
+                     delay=int(delay_ms * 1000), loss=_dci(fab).loss * 100,
                      limit=lk.spec.queue_packets)
 
     def apply(self, fab: Fabric) -> None:
         self._set(fab, self.delay_ms)
 
     def restore(self, fab: Fabric, handle: object = None) -> None:
-        self._set(fab, fab.spec.dci.delay_ms)
+        self._set(fab, _dci(fab).delay_ms)
 
     def describe(self) -> dict:
         return {"kind": "dci_delay", "link": self.link, "delay_ms": self.delay_ms}
@@ -437,10 +453,10 @@ class Microbursts:
 
     burst: MicroburstSpec
 
-    def validate(self, spec: MultiPlaneClos) -> None:
+    def validate(self, spec: Topology) -> None:
         check_mode(self.burst, geometry(spec, self.burst, plan_routes(spec, self.burst)))
 
-    def links(self, spec: MultiPlaneClos) -> tuple[Link, ...]:
+    def links(self, spec: Topology) -> tuple[Link, ...]:
         return ()  # cross traffic: it breaks nothing, so it overlaps no failure
 
     def arm(self, fab: Fabric) -> Microburst:
@@ -495,7 +511,7 @@ class Microbursts:
 
     def restore(self, fab: Fabric, handle: object = None) -> dict:
         if not isinstance(handle, BurstStart):  # a bare Microburst: no start record
-            handle = BurstStart(handle, {})  # type: ignore[arg-type]
+            handle = BurstStart(cast(Microburst, handle), {})
         h = handle
         h.burst.stop()
         rep = h.burst.report()
@@ -531,5 +547,5 @@ class BurstStart:
         return {"burst_start": self.started}
 
 
-Failure = (LinkDown | SwitchDown | PlaneDown | LinkFlap | GrayLink | RateDegrade | DciDelay
-           | Microbursts)
+Failure = (LinkDown | BusiestUplinkDown | SwitchDown | PlaneDown | LinkFlap | GrayLink
+           | RateDegrade | DciDelay | Microbursts)

@@ -413,7 +413,9 @@ def expected_routes(spec: MultiPlaneClos) -> dict[str, dict[IPv6Network, set[str
 def missing_routes(fab: Fabric) -> dict[str, list[str]]:
     """Per leaf, the expected ECMP routes not (fully) in its kernel yet."""
     out: dict[str, list[str]] = {}
-    for leaf, routes in expected_routes(fab.spec).items():
+    spec = fab.spec
+    assert isinstance(spec, MultiPlaneClos)  # BGP runs only on a MultiPlaneClos (Fabric)
+    for leaf, routes in expected_routes(spec).items():
         k = fab.node_kernel(leaf)
         bad = [f"{net} via {sorted(route_nexthops(k, net))}"
                for net, want in routes.items() if route_nexthops(k, net) != want]

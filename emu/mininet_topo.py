@@ -55,9 +55,9 @@ class MultiPlaneClosTopo(_Topo):
                 switch.name, isSwitch=True, role=switch.role.value, plane=switch.plane, **extra
             )
         for link in spec.links:
-            extra = {}
+            netem: dict[str, str | float] = {}
             if link.tier == "dci" and isinstance(spec, _sa.ScaleAcross):
-                extra = {"delay": f"{spec.dci.delay_ms:g}ms", "loss": spec.dci.loss * 100.0}
+                netem = {"delay": f"{spec.dci.delay_ms:g}ms", "loss": spec.dci.loss * 100.0}
             self.addLink(
                 link.a.node,
                 link.b.node,
@@ -67,7 +67,7 @@ class MultiPlaneClosTopo(_Topo):
                 bw=link.spec.rate_mbit,
                 max_queue_size=link.spec.queue_packets,
                 link_name=link.name,
-                **extra,
+                **netem,
             )
 
 

@@ -43,6 +43,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol, cast
 
 from emu.errors import EmuError
 from emu.failures import (
@@ -57,9 +58,9 @@ from emu.failures import (
     PlaneDown,
     RateDegrade,
     SwitchDown,
+    Topology,
 )
 from emu.microburst import MicroburstSpec
-from topologies import MultiPlaneClos
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ class Timeline:
         """Whether the events are scheduled by training step (``at_step``)."""
         return any(ev.step is not None for ev in self.events)
 
-    def validate(self, spec: MultiPlaneClos, steps: int | None = None) -> None:
+    def validate(self, spec: Topology, steps: int | None = None) -> None:
         """Check times, order, pairing and overlap; raise EmuError naming the event.
 
         ``steps``: the training run's steps, which every ``at_step`` must fall inside
@@ -198,7 +199,7 @@ class Timeline:
             if by_step and ev.step is None:
                 raise EmuError(f"{where}: at and at_step cannot be mixed in one timeline "
                                "(schedule every event by step or every event by time)")
-            when = ev.at if ev.step is None else ev.step
+            when: float
             if ev.step is not None:
                 if type(ev.step) is not int or ev.step < 0:
                     raise EmuError(f"{where}: at_step={ev.step!r} is invalid: must be an "
@@ -206,9 +207,12 @@ class Timeline:
                 if steps is not None and ev.step > steps - 2:
                     raise EmuError(f"{where}: at_step={ev.step!r} is invalid: "
                                    f"{step_range_rule(steps)}")
-            elif isinstance(ev.at, bool) or not isinstance(ev.at, int | float) or \
-                    not math.isfinite(ev.at) or ev.at < 0:
-                raise EmuError(f"{where}: time must be a finite number of seconds >= 0")
+                when = ev.step
+            else:
+                if isinstance(ev.at, bool) or not isinstance(ev.at, int | float) or \
+                        not math.isfinite(ev.at) or ev.at < 0:
+                    raise EmuError(f"{where}: time must be a finite number of seconds >= 0")
+                when = ev.at
             if when < last:
                 unit = "step" if by_step else "time"
                 raise EmuError(f"{where}: out of order, events must be listed by {unit} "
@@ -304,6 +308,24 @@ Record = Callable[[dict], None]
 AfterApply = Callable[[Failure], dict]
 
 
+class Armed(Protocol):
+    """What an armable failure's ``arm(fab)`` returns (Microbursts: a Microburst)."""
+
+    def fire(self, t0: float) -> object: ...
+
+
+class Armable(Protocol):
+    """A failure that can be armed before the run (see TimelineRunner.prepare)."""
+
+    def arm(self, fab: Any) -> Armed: ...
+
+    def disarm(self, fab: Any, armed: Any) -> None: ...
+
+    def apply(self, fab: Any, armed: Any) -> object: ...
+
+    def describe(self) -> dict: ...
+
+
 class TimelineRunner:
     """Fires a timeline's events, logging each one.
 
@@ -349,7 +371,7 @@ class TimelineRunner:
         # gated events not fired yet, in order, with their index in the timeline
         self._pending = list(enumerate(timeline.events))
         self._baseline: dict[int, dict] = {}  # event index -> busiest-uplink counters at start
-        self._armed: dict[int, object] = {}  # event index -> what its failure's arm() gave
+        self._armed: dict[int, Armed] = {}  # event index -> what its failure's arm() gave
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timeline", daemon=True)
         self._measuring: list[threading.Thread] = []
@@ -359,7 +381,7 @@ class TimelineRunner:
         for i, ev in enumerate(self.timeline.events):
             f = ev.action
             if not isinstance(f, Restore) and hasattr(f, "arm") and hasattr(f, "disarm"):
-                self._armed[i] = f.arm(self.fab)
+                self._armed[i] = cast(Armable, f).arm(self.fab)
 
     @property
     def gated(self) -> bool:
@@ -405,7 +427,12 @@ class TimelineRunner:
         due = []
         while self._pending:
             ev = self._pending[0][1]
-            if not (ev.step <= step if ev.step is not None else ev.at <= train_s):
+            if ev.step is not None:
+                is_due = ev.step <= step
+            else:
+                assert ev.at is not None  # validated: every event has a step or a time
+                is_due = ev.at <= train_s
+            if not is_due:
                 break
             due.append(self._pending.pop(0))
         self._hand_instant([i for i, _ in due], time.monotonic() + ARM_LEAD_S)
@@ -415,6 +442,7 @@ class TimelineRunner:
             if ev.step is not None:
                 extra["at_step"] = ev.step
             else:  # how much training time past its schedule it fired (< one step)
+                assert ev.at is not None  # validated: every event has a step or a time
                 extra["late_ms"] = round((train_s - ev.at) * 1000, 3)
             out.append(self._fire(i, ev, extra))
         return out
@@ -441,11 +469,13 @@ class TimelineRunner:
         for t in self._measuring:
             t.join()
         for i, armed in self._armed.items():  # armed, never applied
+            # prepare() armed only failures with arm() and disarm()
+            armable = cast(Armable, self.timeline.events[i].action)
             try:
-                self.timeline.events[i].action.disarm(self.fab, armed)
+                armable.disarm(self.fab, armed)
             except Exception as e:  # noqa: BLE001 - teardown continues; the error is logged
                 self.record({"action": "disarm_at_stop",
-                             **self.timeline.events[i].action.describe(), "error": repr(e)})
+                             **armable.describe(), "error": repr(e)})
         self._armed.clear()
         for f, handle in reversed(list(self.active.items())):
             try:
@@ -455,9 +485,11 @@ class TimelineRunner:
         self.active.clear()
 
     def _run(self) -> None:
+        assert self.t0 is not None  # start() sets it before starting this thread
         events = list(enumerate(self.timeline.events))
         while events:
             at_s = events[0][1].at
+            assert at_s is not None  # not gated: every event is by time (validated)
             group = [(i, ev) for i, ev in events if ev.at == at_s]
             events = events[len(group):]
             instant = self.t0 + at_s
@@ -474,9 +506,10 @@ class TimelineRunner:
 
     def _fire(self, index: int, ev: Event, extra: dict) -> dict:
         """Apply or restore ``ev``'s failure now; record it (with ``extra``) and return it."""
+        assert self.t0 is not None  # fired only after start()
         fired = time.monotonic() - self.t0
         restoring = isinstance(ev.action, Restore)
-        f = ev.action.failure if restoring else ev.action
+        f = ev.action.failure if isinstance(ev.action, Restore) else ev.action
         rec = {**({"at": ev.at} if ev.at is not None else {}), "fired": round(fired, 6),
                **extra, "action": "restore" if restoring else "apply", **f.describe()}
         try:
@@ -486,8 +519,9 @@ class TimelineRunner:
                     rec.update(measured)
             else:
                 armed = self._armed.pop(index, None)
+                # prepare() armed only failures with arm() (and an apply taking what it gave)
                 handle = self.active[f] = (self._apply(index, f) if armed is None
-                                           else f.apply(self.fab, armed))
+                                           else cast(Armable, f).apply(self.fab, armed))
                 if hasattr(handle, "record"):  # what the failure chose when it fired
                     rec.update(handle.record())
         except Exception as e:  # noqa: BLE001 - a failed event is logged, the run goes on
@@ -504,6 +538,7 @@ class TimelineRunner:
         base = self._baseline.pop(index, None)
         if base is None:
             return f.apply(self.fab)
+        assert isinstance(f, BusiestUplinkDown)  # start() takes a baseline for no other
         from emu.counters import interface_packets
 
         # BusiestUplinkDown's rule (the leaves' spine port that received the most), over
@@ -519,13 +554,16 @@ class TimelineRunner:
         return ChosenLink(name, rx[name], sum(rx.values()))
 
     def _measure(self, at_s: float | None, f: Failure) -> None:
+        after_apply, t0 = self.after_apply, self.t0
+        assert after_apply is not None and t0 is not None  # see _fire, the only caller
+
         def run() -> None:
             rec = {"at": at_s, "action": "measured", **f.describe()}
             try:
-                rec.update(self.after_apply(f))
+                rec.update(after_apply(f))
             except Exception as e:  # noqa: BLE001 - logged with the event
                 rec["error"] = repr(e)
-            rec["fired"] = round(time.monotonic() - self.t0, 6)
+            rec["fired"] = round(time.monotonic() - t0, 6)
             self.record(rec)
 
         t = threading.Thread(target=run, name="timeline-measure", daemon=True)

@@ -16,6 +16,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
+from typing import cast
 
 from emu.fabric import Fabric
 from emu.netns import entered
@@ -161,7 +162,7 @@ def _receive(socks: list[socket.socket], counts: list[int], in_window: list[int]
     t_a, t_b = window
     while not stop.is_set():
         for key, _ in sel.select(0.05):
-            s = key.fileobj
+            s = cast(socket.socket, key.fileobj)  # only sockets are registered
             now = time.monotonic()
             measured = t_a <= now < t_b
             while True:

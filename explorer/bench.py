@@ -147,7 +147,7 @@ def grid(say: Callable[[str], None], quick: bool,
     t0 = time.perf_counter()
     ex = explore(space, cal or load_calibration(), top_k=1)
     sp = ex.summary_speedups()
-    per = []
+    per: list[dict[str, Any]] = []
     for o in ex.scenarios:
         per.append({"scenario": o.search.scenario, "production": o.speedup("production"),
                     "sota": o.speedup("sota"), "ablation": o.ablation_speedups(),

@@ -197,7 +197,8 @@ def load_calibration(paths: Sequence[str | Path] = ()) -> Calibration:
     paths = list(paths) or [DEFAULT_CALIBRATION]
     merged: dict[str, TransportCal] = {}
     dblp: DblpCal | None = None
-    files, notes = [], []
+    files: list[tuple[str, str]] = []
+    notes: list[str] = []
     for p in paths:
         path = Path(p)
         if not path.is_file():
@@ -260,7 +261,7 @@ def _range(obj: Any, where: str) -> Range | None:
     return Range(float(obj[0]), float(obj[1]))
 
 
-def _tail_points(items: Iterable[Any], where: str) -> tuple[TailPoint, ...]:
+def _tail_points(items: Iterable[Any] | None, where: str) -> tuple[TailPoint, ...]:
     out = []
     for i, t in enumerate(items or ()):
         w = f"{where}.tail_inflation[{i}]"
@@ -285,10 +286,12 @@ def _parse_v2(doc: Mapping[str, Any], where: str) -> Calibration:
             raise SpecError(f"{w} must be a table")
         if name == "dblp" or t.get("dblp"):
             d = t.get("dblp")
-            if isinstance(d, Mapping) and _interval(d.get("delivered_fraction"), w):
+            delivered = (_interval(d.get("delivered_fraction"), w)
+                         if isinstance(d, Mapping) else None)
+            if isinstance(d, Mapping) and delivered:
                 dblp = DblpCal(
                     tolerance=_num(d, "tolerance", w),
-                    delivered=_interval(d.get("delivered_fraction"), w),  # type: ignore
+                    delivered=delivered,
                     tail=_tail_points(t.get("tail_inflation"), w),
                     steps_ratio=_interval(d.get("steps_ratio"), w),
                     steps_ratio_reason=d.get("steps_ratio_reason"))

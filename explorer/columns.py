@@ -90,12 +90,12 @@ class Encoder:
             elif key in self.space.fixed:
                 cols[key] = encode(key, self.space.fixed[key])
             elif section in presets:
-                pos, tables = presets[section]
+                preset_pos, tables = presets[section]
                 vals = [encode(key, t.get(name, _default(key))) for t in tables]
-                if pos is None or len(set(map(repr, vals))) == 1:
+                if preset_pos is None or len(set(map(repr, vals))) == 1:
                     cols[key] = vals[0]
                 else:
-                    cols[key] = np.array(vals)[idx[pos]]
+                    cols[key] = np.array(vals)[idx[preset_pos]]
             else:
                 cols[key] = encode(key, _default(key))
         self._model_either(cols)

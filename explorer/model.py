@@ -465,7 +465,7 @@ def evaluate(cfg: Config, cal: Calibration, band: str = "mid",
     failure_s = step - step_nominal
 
     # -- totals ----------------------------------------------------------------------------------
-    steps = math.ceil(m.train_tokens / m.batch_tokens)
+    steps: float = math.ceil(m.train_tokens / m.batch_tokens)
     if dblp and cal.dblp is not None:
         ratio = dblp_steps_ratio(cal, band)
         steps = steps * (1.0 + (ratio - 1.0) * min(1.0, sch.dblp_tolerance

@@ -158,7 +158,7 @@ def _loop_candidates(p: int, q: int, g: int) -> list[tuple[int, int]]:
     """Stage pairs (s, r) whose loops are tried: spans 1, 2, q-1, q, q+1, p-1, anchored at
     the pipeline's ends and at every group's first and last stage (either end of the span).
     """
-    pairs = set()
+    pairs: set[tuple[int, int]] = set()
     for span in (1, 2, q - 1, q, q + 1, p - 1):
         if not 1 <= span < p:
             continue
@@ -322,7 +322,7 @@ def inflight_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLike,
 def pipeline_time_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLike,
                      e: ArrayLike, t_f: ArrayLike, t_b: ArrayLike, c_lat: ArrayLike,
                      c_ser: ArrayLike, x_lat: ArrayLike, x_ser: ArrayLike, g: ArrayLike,
-                     invalid: str = "raise") -> np.ndarray:
+                     *, invalid: str = "raise") -> np.ndarray:
     """pipeline_time over broadcast arrays of any shape, with no loop per element (loops
     run over candidate loop shapes only, bounded by the largest ``g``). ``schedule`` holds
     GPIPE / ONE_F_ONE_B / INTERLEAVED; integral floats are accepted for the integer

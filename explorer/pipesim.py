@@ -65,10 +65,10 @@ def _check_times(name: str, values: object, n: int) -> tuple[float, ...]:
 
 
 def _check_time(name: str, x: object) -> float:
-    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-    if not ok or x < 0:  # type: ignore[operator]
+    if (not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x)
+            or x < 0):
         raise ValueError(f"{name}={x!r} is invalid: must be a finite number >= 0")
-    return float(x)  # type: ignore[arg-type]
+    return float(x)
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,8 @@ def _interleaved_index(i: int, p: int, v: int) -> tuple[int, int]:
 def _order_codes(case: PipelineCase) -> list[list[int]]:
     """Each stage's static order, every op encoded as ``2 * (k * m + j) + (op is B)``."""
     p, m, v = case.p, case.m, case.v
+    extras = case.warmup_extra
+    assert isinstance(extras, tuple)  # __post_init__ stores one integer per stage
     orders = []
     for s in range(p):
         total = m * v
@@ -221,7 +223,7 @@ def _order_codes(case: PipelineCase) -> list[list[int]]:
         if case.schedule == "gpipe":
             orders.append(fwd + bwd[::-1])
             continue
-        w = warmup_count(case.schedule, p, m, s, v, case.warmup_extra[s])
+        w = warmup_count(case.schedule, p, m, s, v, extras[s])
         order = fwd[:w]
         for i in range(total - w):  # steady state: one forward, then one backward
             order += (fwd[w + i], bwd[i])

@@ -81,6 +81,7 @@ def extrapolation_np(c: dict[str, Any], cal: CalArrays, tr: Any, d: dict[str, An
     burst = (c["fabric.burst_hz"] > 0) & known & (
         _outside_np(r["burst_rtts"], tr, burst_rtts)
         | _outside_np(r["burst_excess_buffers"], tr, excess))
+    assert cal.eta_dci_known is not None  # CalArrays.build always sets it
     dci = (d["dcs"] > 1) & ~by_transport(cal.eta_dci_known, tr)
     tol = c["schedule.dblp_tolerance"]
     dblp_far = dblp & ((tol > 2 * cal.dblp_tol) | (not cal.dblp_ratio_measured)

@@ -257,6 +257,7 @@ def _empty(o: ScenarioOutcome) -> dict[str, Any]:
     """The binding constraint and the nearest infeasible point of an empty scenario."""
     s = o.search
     # The stage that removed what was left: structure, else memory or failures.
+    stage: tuple[str, ...]
     if s.structural == 0:
         stage = ("nvlink", "divisibility", "dc_split")
     else:
@@ -321,13 +322,13 @@ def _plot_breakdown(ex: Exploration, path: Path) -> None:
             b = o.baselines.get(name)
             bars.append((name, b.breakdown if b is not None else None))
         labels = []
-        for y, (name, b) in enumerate(bars):
+        for y, (name, bd) in enumerate(bars):
             labels.append(name)
-            if b is None or not b.feasible:
+            if bd is None or not bd.feasible:
                 continue
             left = 0.0
             for i, part in enumerate(_PARTS):
-                w = getattr(b, part)
+                w = getattr(bd, part)
                 ax.barh(y, w, left=left, color=f"C{i}", label=part if y == 0 else None)
                 left += w
         ax.set_yticks(range(len(labels)), labels)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = [
     "CROSS", "MLPS", "OPTIMIZERS", "PIPELINES", "RECOMPUTES", "REDUCTIONS", "SECTIONS",
@@ -128,9 +128,11 @@ class _Section:
     """Validates every declared field on construction (frozen dataclasses below)."""
 
     SECTION = ""
+    if TYPE_CHECKING:  # every subclass is a dataclass: what dataclasses.fields() needs
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             v = check_value(f"{self.SECTION}.{f.name}", getattr(self, f.name), field_check(f))
             object.__setattr__(self, f.name, v)
         self._check()

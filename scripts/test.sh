@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checks and tests: Vagrantfile syntax, ruff, the layer contract, then pytest (arguments
-# pass through).
+# Checks and tests: Vagrantfile syntax, ruff, mypy, the layer contract, then pytest
+# (arguments pass through).
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
 
@@ -9,6 +9,7 @@ cd "$ROOT"
 
 ruby -c Vagrantfile
 .venv/bin/ruff check .
+.venv/bin/mypy
 .venv/bin/lint-imports --no-cache
 
 status=0

@@ -8,6 +8,7 @@ the kernel, and all derived tuples are computed lazily and cached.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from ipaddress import IPv6Address, IPv6Interface, IPv6Network
@@ -93,8 +94,13 @@ _DEFAULT_LINK = LinkSpec(100.0, 100)
 class GraphLookup:
     """Name lookups over ``self.nodes`` and ``self.links``, shared by every topology."""
 
-    nodes: tuple[Node, ...]
-    links: tuple[Link, ...]
+    if TYPE_CHECKING:  # provided by each topology (a property or a cached_property)
+
+        @property
+        def nodes(self) -> tuple[Node, ...]: ...
+
+        @property
+        def links(self) -> tuple[Link, ...]: ...
 
     @cached_property
     def _nodes_by_name(self) -> dict[str, Node]:
@@ -343,7 +349,7 @@ class MultiPlaneClos(GraphLookup):
         return build_path(self, src, dst, plane, spine)
 
 
-def _unknown(kind: str, name: object, valid: dict[str, object], shown: int = 8) -> str:
+def _unknown(kind: str, name: object, valid: Mapping[str, object], shown: int = 8) -> str:
     names = list(valid)
     listed = ", ".join(names[:shown])
     if len(names) > shown:

@@ -28,7 +28,7 @@ from topologies.errors import TopologyError
 from topologies.roles import Role
 
 if TYPE_CHECKING:
-    from topologies.clos import MultiPlaneClos
+    from topologies.clos import GraphLookup, MultiPlaneClos, Node
     from topologies.scaleacross import ScaleAcross
 
 __all__ = [
@@ -151,7 +151,7 @@ def enumerate_paths(spec: MultiPlaneClos, src: str, dst: str) -> tuple[Path, ...
     )
 
 
-def endpoints(spec: MultiPlaneClos, src: str, dst: str):
+def endpoints(spec: GraphLookup, src: str, dst: str) -> tuple[Node, Node]:
     """Validate ``src``/``dst`` as two distinct hosts and return their nodes."""
     nodes = []
     for label, name in (("src", src), ("dst", dst)):

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-Tx = tuple[int, bytes]
+# The datagram is usually the bytearray the core packed it into; drivers only send it.
+Tx = tuple[int, bytes | bytearray]
 
 
 class Completion(NamedTuple):

@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from emu.counters import interface_packets
 from emu.errors import EmuError, require_root
@@ -60,6 +61,7 @@ def single(fab: Fabric, size: int, say: Callable[[str], None], reps: int = 3) ->
     interleaved (MRC, RC, TCP, MRC, ...): goodput against the bound and CPU per packet,
     each as median [min-max]."""
     spec = fab.spec
+    assert isinstance(spec, MultiPlaneClos)  # the bench's fabric (bench_spec)
     src, dst = spec.hosts[0].name, spec.hosts[-1].name
     rate = spec.host_link.rate_mbit
     bound = spec.planes * rate * payload_efficiency()
@@ -97,11 +99,13 @@ def permutation(fab: Fabric, size: int, say: Callable[[str], None]) -> dict:
     """Every host sends ``size`` bytes to the host ``hosts_per_leaf`` places on (the next
     rack): with every NIC busy, each leaf's uplinks are exactly full."""
     spec = fab.spec
+    assert isinstance(spec, MultiPlaneClos)  # the bench's fabric (bench_spec)
     hosts = [h.name for h in spec.hosts]
     k = spec.hosts_per_leaf
     transfers = [Transfer(hosts[i], hosts[(i + k) % len(hosts)], size) for i in range(len(hosts))]
     ideal = len(hosts) * spec.planes * spec.host_link.rate_mbit * payload_efficiency()
-    out = {"flows": len(transfers), "bytes_each": size, "ideal_mbit": round(ideal, 2)}
+    out: dict[str, Any] = {"flows": len(transfers), "bytes_each": size,
+                           "ideal_mbit": round(ideal, 2)}
     runs = [(t, t, None) for t in TRANSPORTS] + [
         (f"mrc_{sel}", "mrc", {"rto_max": 2.0, "selector": sel}) for sel in SELECTORS]
     for label, t, config in runs:

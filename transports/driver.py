@@ -264,11 +264,11 @@ class Driver:
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         wall = time.monotonic() - t0
         cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-        for key, item in expect.items():
+        for key, want in expect.items():
             if not any(d["conn"] == key[0] and d["msg"] == key[1] and d["kind"] == key[2]
                        for d in done):
                 done.append({"conn": key[0], "msg": key[1], "kind": key[2], "ok": False,
-                             "error": "deadline", "bytes": item["size"]})
+                             "error": "deadline", "bytes": want["size"]})
         return {
             "host": self.plan["host"], "transport": self.transport, "t0": t0,
             "messages": done, "timeline": timeline, "posted": self.posted,

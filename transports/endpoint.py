@@ -24,11 +24,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transports.api import Completion
 from transports.driver import Conn, HostSockets
 from transports.plan import make_core
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
 
 OnDone = Callable[[Completion], None]
 
@@ -138,10 +141,11 @@ class Endpoint:
         socks = self.socks
         rx, send = socks.rx, socks.send
         conns = self.conns
+        rfds: list[FileDescriptorLike] = [rx, self._wake_r]  # select() does not modify it
         while not self._stop:
             now = time.monotonic()
             wake = socks.next_wake(conns, now + 0.5)
-            readable = select.select([rx, self._wake_r], [], [], max(0.0, wake - now))[0]
+            readable = select.select(rfds, [], [], max(0.0, wake - now))[0]
             now = time.monotonic()
             socks.woke(wake, now, conns)
             if self._wake_r in readable:

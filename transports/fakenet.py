@@ -32,6 +32,7 @@ import heapq
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypedDict, Unpack
 
 from transports.api import Completion, Core, Tx
 from transports.wire import HEADER, HEADER_LEN
@@ -60,6 +61,19 @@ class PathSpec:
             raise ValueError("PathSpec delays must be >= 0")
 
 
+class PathChanges(TypedDict, total=False):
+    """The ``PathSpec`` fields ``FakeNet.set_path`` may change."""
+
+    delay: float
+    jitter: float
+    loss: float
+    dup: float
+    reorder: float
+    reorder_delay: float
+    rate: float | None
+    buffer: int
+
+
 @dataclass
 class Rec:
     """One datagram on the fake wire."""
@@ -74,6 +88,10 @@ class Rec:
     size: int
     fate: str = "in_flight"  # delivered, lost, dead, queue_drop, port_drop, bad_ev
     t_arrive: float | None = None
+
+
+# What the event heap holds besides the time: a callback (``at``) or a datagram on its way
+_Event = Callable[[], None] | tuple[Rec, bytes]
 
 
 @dataclass
@@ -124,7 +142,7 @@ class FakeNet:
         self.delivered: dict[tuple[str, str], list[int]] = {}  # payload bytes per EV
         self.ports: dict[tuple[str, str], Port] = {}
         self.stalls: dict[str, tuple[float, float, float]] = {}  # name -> start, every, length
-        self._heap: list[tuple[float, int, int, object]] = []
+        self._heap: list[tuple[float, int, int, _Event]] = []
         self._seq = 0
         self._max_same = max_events_per_instant
         self.events = 0
@@ -151,7 +169,7 @@ class FakeNet:
         self.delivered[(a, b)] = [0] * len(paths)
         self.delivered[(b, a)] = [0] * len(paths)
 
-    def set_path(self, a: str, b: str, ev: int, **changes: object) -> None:
+    def set_path(self, a: str, b: str, ev: int, **changes: Unpack[PathChanges]) -> None:
         """Change one direction of a path (e.g. ``rate=...``) from now on."""
         d = self.paths[(a, b)][ev]
         d.spec = replace(d.spec, **changes)
@@ -262,12 +280,12 @@ class FakeNet:
                 rec = Rec(now, src, dst, ev, -1, 0, -1, size)
             self.log.append(rec)
             if self.tamper is not None:
-                t = self.tamper(rec, data)
-                if t is not None:
-                    if not t:  # b"": the datagram is lost
+                tampered = self.tamper(rec, data)
+                if tampered is not None:
+                    if not tampered:  # b"": the datagram is lost
                         rec.fate = "tampered"
                         continue
-                    data = t
+                    data = tampered
             if not 0 <= ev < len(dirs):
                 rec.fate = "bad_ev"
                 continue
@@ -298,7 +316,7 @@ class FakeNet:
                 self.log.append(dup)
                 self._push(t + rng.random() * max(spec.delay, 1e-6), hop, (dup, data))
 
-    def _push(self, t: float, kind: int, item: object) -> None:
+    def _push(self, t: float, kind: int, item: _Event) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, item))
 
@@ -317,9 +335,9 @@ class FakeNet:
                 break
             t_timer, who = INF, None
             for name, core in cores.items():
-                d = core.next_deadline()
-                if d is not None and d < t_timer:
-                    t_timer, who = d, name
+                deadline = core.next_deadline()
+                if deadline is not None and deadline < t_timer:
+                    t_timer, who = deadline, name
             t_ev = heap[0][0] if heap else INF
             t = min(t_timer, t_ev)
             if t > until:
@@ -335,11 +353,13 @@ class FakeNet:
             self.now = t
             self.events += 1
             if t_timer <= t_ev:
+                # a core's timer is due (both are INF only if until is INF: nothing is left)
+                assert who is not None
                 self.send(who, cores[who].on_timer(t))
                 self._collect(who)
                 continue
             _, _, kind, item = heapq.heappop(heap)
-            if kind == 1:
+            if not isinstance(item, tuple):  # kind 1: a callback of at()
                 item()
                 continue
             rec, data = item

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from emu.errors import EmuError
 from emu.fabric import Fabric
@@ -108,8 +109,8 @@ def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict
                     plan_of(a)["conns"].append(conn_spec(spec, transport, a, b, conn, lane))
             size = t.size // lanes + (1 if lane < t.size % lanes else 0)
             mid = len(parts) * lanes + lane + 1
-            msg = {"conn": pairs[key], "msg": mid, "size": size,
-                   "seed": seed * 100003 + mid}
+            msg: dict[str, Any] = {"conn": pairs[key], "msg": mid, "size": size,
+                                   "seed": seed * 100003 + mid}
             if t.after is not None:
                 if not 0 <= t.after < i:
                     raise EmuError(f"transfer {i}: after={t.after} must name an earlier one")
@@ -151,9 +152,9 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
             outs[host] = out
     res = TransferResult(transport, outs, list(transfers))
     for i, t in enumerate(transfers):
-        got = [next((m for m in outs[t.dst]["messages"]
-                     if m["kind"] == "recv" and m["msg"] == mid),
-                    {"msg": mid, "ok": False, "error": "no report"}) for mid in parts[i]]
+        got: list[dict[str, Any]] = [
+            next((m for m in outs[t.dst]["messages"] if m["kind"] == "recv" and m["msg"] == mid),
+                 {"msg": mid, "ok": False, "error": "no report"}) for mid in parts[i]]
         posted = min(outs[t.src].get("posted", {}).get(str(mid), 0.0) for mid in parts[i])
         done = max(m.get("t", float("inf")) for m in got)
         res.messages.append({

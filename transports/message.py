@@ -27,9 +27,11 @@ it is copied before ``place`` returns and never retained.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter, deque
+from typing import Protocol
 
 from transports import wire
-from transports.api import Completion
+from transports.api import Completion, Tx
 
 # place() results
 PLACED, DUPLICATE, DROPPED = 0, 1, 2
@@ -252,6 +254,11 @@ class Reassembly:
                 del self.msgs[msg]
 
 
+class _MessageConfig(Protocol):
+    @property
+    def mtu_payload(self) -> int: ...
+
+
 class MessageCore:
     """What MRC and RC share: posting messages and admitting datagrams.
 
@@ -260,7 +267,21 @@ class MessageCore:
     ``_pump(now, out)``.
     """
 
-    def post_send(self, msg: int, data: bytes | memoryview, now: float) -> list:
+    # set by the subclass's __init__ (declarations only: no class attributes)
+    conn: int
+    cfg: _MessageConfig
+    failed: str | None
+    out_msgs: dict[int, OutMsg]
+    sendq: deque[OutMsg]
+    reasm: Reassembly
+    stats: Counter[str]
+    _done: list[Completion]
+
+    def _pump(self, now: float, out: list[Tx]) -> None:
+        """Send what the window allows (provided by the subclass)."""
+        raise NotImplementedError
+
+    def post_send(self, msg: int, data: bytes | memoryview, now: float) -> list[Tx]:
         """Queue message ``msg``; returns the datagrams that may leave at once."""
         if self.failed or msg in self.out_msgs:
             err = self.failed or f"message {msg} is already being sent"
@@ -269,11 +290,11 @@ class MessageCore:
         om = OutMsg(msg, data, self.cfg.mtu_payload, now)
         self.out_msgs[msg] = om
         self.sendq.append(om)
-        out: list = []
+        out: list[Tx] = []
         self._pump(now, out)
         return out
 
-    def post_recv(self, msg: int, buf: bytearray | memoryview, now: float) -> list:
+    def post_recv(self, msg: int, buf: bytearray | memoryview, now: float) -> list[Tx]:
         """Give ``buf`` to message ``msg``: its bytes are placed there by offset."""
         if self.failed:
             self._done.append(Completion(msg, "recv", False, 0, now, self.failed))

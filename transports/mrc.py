@@ -174,7 +174,7 @@ class MrcCore(MessageCore):
         cfg = config or MrcConfig()
         self.conn = conn
         self.evs = evs
-        self.cfg = cfg
+        self.cfg: MrcConfig = cfg
         self.rng = random.Random(rng_seed)
         self.stats: Counter[str] = Counter()
         self._done: list[Completion] = []
@@ -339,9 +339,8 @@ class MrcCore(MessageCore):
         ev, ts_echo = h.ev, h.ts_echo
         inflight = snd.inflight
         # the transmissions of retransmitted packets this ACK may name (transports/spurious.py)
-        named = self.ledger.get(ts_echo, ev) if ts_echo else ()
-        if named:
-            named = [(psn, inflight.get(psn)) for psn in named]
+        psns = self.ledger.get(ts_echo, ev) if ts_echo else ()
+        named = [(psn, inflight.get(psn)) for psn in psns] if psns else None
         # an ACK back on a retired EV may prove a loss that retired it wrong (undo)
         proof: list[int] | None = [] if self.state[ev] == EV_ASSUMED_BAD else None
         newly, touched, acked = snd.ack(cum, blocks, now, proof)

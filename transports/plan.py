@@ -10,6 +10,7 @@ test message (``message_bytes``) and the ordering of a plan's messages (``AfterG
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from emu.errors import EmuError
 from transports.api import Core
@@ -19,8 +20,9 @@ TRANSPORTS = ("mrc", "rc", "tcp", "dblp")
 # fixed window overflowing shallow switch buffers would only measure go-back-N storms.
 # Emulated links are 1000x slower than real ones, so a full queue holds tens to
 # hundreds of ms: the RTO cap is raised to match (the cores' defaults suit real rates).
-DEFAULT_CONFIG = {"mrc": {"rto_max": 2.0}, "rc": {"aimd": True, "rto_max": 2.0}, "tcp": {},
-                  "dblp": {"rto_max": 2.0}}
+DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
+    "mrc": {"rto_max": 2.0}, "rc": {"aimd": True, "rto_max": 2.0}, "tcp": {},
+    "dblp": {"rto_max": 2.0}}
 
 
 def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) -> dict:

@@ -92,7 +92,7 @@ class RcCore(MessageCore):
     def __init__(self, conn: int, config: RcConfig | None = None, rng_seed: int = 0) -> None:
         cfg = config or RcConfig()
         self.conn = conn
-        self.cfg = cfg
+        self.cfg: RcConfig = cfg
         self.stats: Counter[str] = Counter()
         self._done: list[Completion] = []
         self.reasm = Reassembly(cfg.unposted_limit, self.stats, self._done)

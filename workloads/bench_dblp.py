@@ -207,7 +207,7 @@ def _run_tcp(fab: Fabric, setting: str, bounds: list[dict | None], config: dict)
         before = rx()
         time.sleep(0.05)
         via = {n: c - before[n] for n, c in rx().items()}
-        state["spine"] = spine = max(via, key=via.get)
+        state["spine"] = spine = max(via, key=via.__getitem__)
         state["burst"] = b = Microburst(fab, MicroburstSpec(f"{spine}:{down}", sources,
                                                             BURST_ON_MS, BURST_EVERY_MS))
         b.start()
@@ -299,7 +299,7 @@ def bench_dblp(say: Callable[[str], None] = print, quick: bool = False) -> dict:
         tcp_config = {**TCP_CONFIG, "sport": tcp_sport(fab, plane)}
         wire_sized_tcp(fab)
         out["tcp"] = {"config": tcp_config, "min_rto_ms": 200, "tso_gso": "off"}
-        variants = {
+        variants: dict[str, tuple[str, list[dict | None]]] = {
             "mrc_reliable": ("mrc", [None] * n),
             "rc_reliable": ("rc", [None] * n),
             "tcp_reliable": ("tcp", [None] * n),

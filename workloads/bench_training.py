@@ -29,6 +29,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from emu.errors import require_root
 from emu.fabric import Fabric
@@ -87,9 +88,10 @@ def plan(quick: bool = False) -> list[tuple[str, experiment.Experiment]]:
     lm = {"model": "tiny_lm", "workers": 4, "steps": lm_steps, "batch_size": 16, "lr": 0.003,
           "lr_schedule": "cosine", "target_loss": 2.5, "eval_every": 25, "compute": "modelled"}
     bursts = _burst_events(0, None)
-    dblp = {"name": "dblp", "collective": "transpose",
-            "dblp": {"policy": "phase_aware", "fill": "error_feedback", "base": 0.1,
-                     "cap": 0.3, "critical_epochs": 0, "window": 10, "eta": 0.5}}
+    dblp: dict[str, Any] = {
+        "name": "dblp", "collective": "transpose",
+        "dblp": {"policy": "phase_aware", "fill": "error_feedback", "base": 0.1,
+                 "cap": 0.3, "critical_epochs": 0, "window": 10, "eta": 0.5}}
     runs.append(("lm/mrc_bursts", _exp("lm-mrc", {"name": "mrc", "collective": "transpose"},
                                        lm, bursts)))
     runs.append(("lm/dblp_bursts", _exp("lm-dblp", dblp, lm, bursts)))
@@ -153,8 +155,9 @@ def paired_targets(per_rep: list[dict]) -> dict:
     out: dict = {}
     for t in ("mrc", "rc", "gloo"):
         for failure in ("link_cut", "bursts"):
-            ratios = [tt[(f"{t}/{failure}", r)] / tt[(f"{t}/healthy", r)] for r in range(REPS)
-                      if tt.get((f"{t}/{failure}", r)) and tt.get((f"{t}/healthy", r))]
+            pairs = [(tt.get((f"{t}/{failure}", r)), tt.get((f"{t}/healthy", r)))
+                     for r in range(REPS)]
+            ratios = [a / b for a, b in pairs if a and b]
             if ratios:
                 out[f"{t}_{failure}_time_to_target_vs_healthy_paired"] = {
                     "median": round(statistics.median(ratios), 3),

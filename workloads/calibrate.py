@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from emu.errors import EmuError, require_root
 from emu.fabric import Fabric
@@ -60,6 +61,11 @@ from transports.tcp import TCP_PORT
 from transports.wire import HEADER_LEN
 from workloads import calibration as cal
 from workloads.results import host_info, read_jsonl, software_versions
+
+if TYPE_CHECKING:
+    from topologies.routing import EcmpMode
+    from transports.mrc import MrcConfig
+    from transports.rc import RcConfig
 
 Say = Callable[[str], None]
 MEASUREMENTS = ("eta", "load", "tails", "recovery", "dci")
@@ -134,7 +140,7 @@ def frame(spec: MultiPlaneClos | ScaleAcross, transport: str, src: str,
     """(payload, wire bytes) of a full data packet of ``transport`` from src to dst."""
     if transport == "tcp":  # IPv6 + TCP with timestamps; Ethernet on the wire
         return spec.mtu - 40 - 20 - 12, spec.mtu + 14
-    payload = DEFAULT_CONFIG["mrc"].get("mtu_payload", 8000)
+    payload = int(DEFAULT_CONFIG["mrc"].get("mtu_payload", 8000))
     srh = len(srh_option(spec.paths(src, dst)[0])) if transport != "rc" else 0
     return payload, 14 + 40 + srh + 8 + HEADER_LEN + payload
 
@@ -272,7 +278,7 @@ class Calibration:
         self._t0 = time.monotonic()
         try:
             # the control plane only matters to recovery (RC and TCP wait for it there)
-            cp = "bgp" if "recovery" in p.measure else "static"
+            cp: EcmpMode = "bgp" if "recovery" in p.measure else "static"
             with Fabric(self.spec, name=self.name, control_plane=cp,
                         progress=lambda m: self.say(f"  fabric: {m}")) as fab:
                 self._rtt(fab, self.spec, self.src, self.dst, dci=False)
@@ -348,6 +354,7 @@ class Calibration:
         def one(rep: int, t: str) -> None:
             a = self.acc[t]
             regime = a.dci_regime if dci else a.regime
+            assert regime is not None  # set by _rtt, which runs first
             for bdp in self.plan.eta_dci_bdp if dci else self.plan.eta_bdp:
                 size = max(1, round(bdp * regime.bdp_bytes))
                 res = harness.run_transfers(fab, t, [Transfer(src, dst, size)], config=_config(t),
@@ -366,6 +373,7 @@ class Calibration:
 
         def one(rep: int, t: str) -> None:
             regime = self.acc[t].regime
+            assert regime is not None  # set by _rtt, which runs first
             nic = regime.line_mbit * regime.payload_bytes / regime.frame_bytes
             for k in self.plan.flows_per_host:
                 per_host = min(k * regime.lanes, spec.planes) * nic
@@ -397,6 +405,8 @@ class Calibration:
 
         def one(rep: int, t: str) -> None:
             a = self.acc[t]
+            regime = a.regime
+            assert regime is not None  # set by _rtt, which runs first
             bound = ({"tolerance": self.plan.dblp_tolerance, "deadline_s": None}
                      if t == "dblp" else None)
             cfg = _config(t, sport=sport)
@@ -406,9 +416,9 @@ class Calibration:
                                                                     res.messages), cpu_use(res)))
             # bursts apart by a few rounds' time: a round meets at most about one burst
             gap = self.plan.burst_gap_rounds * self.plan.round_bytes * 8 / (
-                a.regime.binding_mbit * 1e6)
+                regime.binding_mbit * 1e6)
             for g in self.plan.burst_rtts:
-                on = g * a.regime.rtt_s
+                on = g * regime.rtt_s
                 geo = cal.BurstGeometry(on, on + gap, 2, line, line)
                 burst = MicroburstSpec(target, tuple(mates[:2]), on * 1e3, geo.every_s * 1e3,
                                        seed=rep)
@@ -436,6 +446,7 @@ class Calibration:
                                 on_start=start.append)
         self._checked(res)
         t0 = start[0]
+        assert mb.t0 is not None  # entering the with block fired the bursts
         windows = mb.windows(t0 - mb.t0 + res.completion_s + 1.0)
         hit = [m for m in res.messages
                if any(a < t0 + m["t"] and b > t0 + m["posted"] for a, b in windows)]
@@ -455,6 +466,7 @@ class Calibration:
 
         def one(rep: int, t: str) -> None:
             regime = self.acc[t].regime
+            assert regime is not None  # set by _rtt, which runs first
             size = round(regime.binding_mbit * 1e6 / 8 * self.plan.recovery_s)
             clean = harness.run_transfers(fab, t, [Transfer(src, dst, size)], config=_config(t),
                                   deadline_s=120)
@@ -531,11 +543,16 @@ def _rto_floor(transport: str, rtt_s: float) -> float:
     (an absolute part and a part in RTTs, transports/rto.py)."""
     from transports.rto import rto_floor
 
+    kw: dict[str, Any] = DEFAULT_CONFIG[transport]
+    cfg: RcConfig | MrcConfig
     if transport == "rc":
-        from transports.rc import RcConfig as Config
+        from transports.rc import RcConfig
+
+        cfg = RcConfig(**kw)
     else:
-        from transports.mrc import MrcConfig as Config
-    cfg = Config(**DEFAULT_CONFIG[transport])
+        from transports.mrc import MrcConfig
+
+        cfg = MrcConfig(**kw)
     return rto_floor(cfg.rto_min, cfg.rto_min_rtts, rtt_s)
 
 

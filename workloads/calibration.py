@@ -511,7 +511,12 @@ def _recovery(samples: Sequence[RecoverySample], regime: Regime, seed: int, resa
     lost = _mean([s.cut_s - s.clean_s for s in kept])
     conv = [s.convergence_s for s in kept if s.convergence_s is not None]
     rec = _mean(net)
-    lo, hi = bootstrap(net, lambda xs: _mean(xs) / rtt, seed=_seed(seed, name, "recovery"),
+
+    def per_rtt(xs: Sequence[float]) -> float | None:
+        m = _mean(xs)  # never None: bootstrap resamples a non-empty ``net``
+        return None if m is None else m / rtt
+
+    lo, hi = bootstrap(net, per_rtt, seed=_seed(seed, name, "recovery"),
                        resamples=resamples, value=None if rec is None else rec / rtt)
     return {"lost_rtts": None if lost is None else lost / rtt,
             "convergence_s": _mean(conv) if conv else None,
@@ -642,7 +647,7 @@ def steps_from_training(records: Sequence[Mapping[str, Any]]
             return "dblp_bounded_gather"
         return t.get("name")
 
-    def steps(label: str, rep: int, key: str, goal: float) -> int | None:
+    def steps(label: str | None, rep: int, key: str, goal: float) -> int | None:
         evals = sorted((r for r in records if r.get("type") == "eval" and
                         r.get("label") == label and r.get("rep", 0) == rep),
                        key=lambda r: r["step"])
@@ -653,7 +658,7 @@ def steps_from_training(records: Sequence[Mapping[str, Any]]
                 return int(e["step"]) + 1
         return None
 
-    out = []
+    out: list[StepsSample] = []
     for label, meta in sorted(metas.items(), key=lambda kv: str(kv[0])):
         tg = target(meta)
         if name(meta) != "dblp" or tg is None:
@@ -732,7 +737,9 @@ def _check(v: Any, schema: Any, where: str) -> None:
             _check(v[k], s, f"{where}.{k}")
         for mid, lo, hi in _INTERVALS:
             trio = [v.get(k) for k in (lo, mid, hi)]
-            if mid in v and None not in trio and not trio[0] <= trio[1] <= trio[2]:
+            a, m, b = trio
+            if mid in v and a is not None and m is not None and b is not None \
+                    and not a <= m <= b:
                 raise CalibrationError(f"{where}: {mid}={trio[1]} is outside [{lo}, {hi}] = "
                                        f"[{trio[0]}, {trio[2]}]")
         return

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
+from typing import cast
 
 import numpy as np
 
@@ -41,7 +42,8 @@ def sha(a: np.ndarray) -> str:
 def reference(size: int, n: int, seed: int, groups: list[list[int]] | None) -> list[dict]:
     """The expected output hashes of every rank."""
     xs = [inputs(r, n, seed) for r in range(size)]
-    total = np.sum(xs, axis=0, dtype=np.float32)
+    # summed over axis 0 of the stacked 1-D inputs: an array, not a scalar
+    total = cast(np.ndarray, np.sum(xs, axis=0, dtype=np.float32))
     blocks = col.block_bounds(n, size)
     out = []
     for r in range(size):

@@ -363,7 +363,9 @@ class _Tally:
 
 
 def _view(a: np.ndarray) -> memoryview:
-    return memoryview(a).cast("B")
+    # ``a.data`` is ``memoryview(a)``; numpy's stubs give ndarray ``__buffer__`` only for
+    # Python >= 3.12, so ``memoryview(a)`` does not type-check for 3.11
+    return a.data.cast("B")
 
 
 def _lost_elements(missing: Sequence[int], lo: int, hi: int, mtu: int) -> list[tuple[int, int]]:
@@ -400,9 +402,10 @@ def _run_steps(comm: Comm, steps: Sequence[Step], src: np.ndarray, dst: np.ndarr
         kw: dict[str, Any] = {"bound": bound} if step.bounded and bound is not None else {}
         posted: list[tuple[Recv, np.ndarray | None, Handle]] = []
         for r in step.recvs:
+            scratch: np.ndarray | None
             if r.op == "sum":
                 # zeros: a chunk a bounded round never placed must read as no contribution
-                scratch: np.ndarray | None = np.zeros(r.hi - r.lo, dtype=np.float32)
+                scratch = np.zeros(r.hi - r.lo, dtype=np.float32)
                 h = comm.irecv(r.peer, _view(scratch), **kw)
             else:
                 scratch = None

@@ -133,6 +133,7 @@ from emu import timeline as tl
 from emu.errors import EmuError
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, Role, ScaleAcross, TopologyError
 from topologies.addressing import MAX_SCALEACROSS_DCS
+from topologies.routing import EcmpMode
 from workloads.fill import DEFAULT_FILL, FILLS
 from workloads.phase import PhaseAwareConfig
 from workloads.records import POLICIES, DblpConfig
@@ -174,7 +175,7 @@ class FabricConfig:
     rate_mbit: float = 100.0
     fabric_rate_mbit: float = 100.0
     queue_packets: int = 100
-    control_plane: str = "static"
+    control_plane: EcmpMode = "static"
     dcs: int = 1
     dci_rate_mbit: float = 100.0
     dci_delay_ms: float = 5.0
@@ -650,20 +651,21 @@ def _dblp(t: _Table) -> DblpConfig:
 
 def _phase(t: _Table) -> PhaseAwareConfig:
     d = PhaseAwareConfig()
-    values = {
+    values: dict[str, Any] = {
         "base": t.get_number("base", d.base, 0.0, 1.0, hi_open=True),
         "cap": t.get_number("cap", d.cap, 0.0, 1.0, hi_open=True),
         "critical_epochs": t.get_int("critical_epochs", d.critical_epochs, 0),
         "window": t.get_int("window", d.window, 1),
         "eta": t.get_number("eta", d.eta, 0.0, lo_open=True),
         "lr_scaling": t.get_bool("lr_scaling", d.lr_scaling),
-        # The training loop does not feed accuracy to the policy (only rank 0 evaluates,
-        # and every rank must pick the same bound): the accuracy-driven phase is off.
-        "accuracy_gain": t.refuse("accuracy_gain", "in a training run (the policy gets no "
-                                  "accuracy signal: only rank 0 evaluates)") or None,
-        "begin_accuracy": t.refuse("begin_accuracy", "in a training run (the policy gets no "
-                                   "accuracy signal)") or d.begin_accuracy,
     }
+    # The training loop does not feed accuracy to the policy (only rank 0 evaluates,
+    # and every rank must pick the same bound): the accuracy-driven phase is off.
+    t.refuse("accuracy_gain", "in a training run (the policy gets no accuracy signal: "
+             "only rank 0 evaluates)")
+    values["accuracy_gain"] = None
+    t.refuse("begin_accuracy", "in a training run (the policy gets no accuracy signal)")
+    values["begin_accuracy"] = d.begin_accuracy
     missing = set(_PHASE_FIELDS) - set(values)
     assert not missing, f"PhaseAwareConfig fields not read here: {sorted(missing)}"
     if values["base"] > values["cap"]:

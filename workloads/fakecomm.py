@@ -22,7 +22,7 @@ virtual-time limit.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, cast
 
 from transports.api import Completion
 from transports.bound import LossBound
@@ -95,7 +95,8 @@ class FakeComm:
         if kind == "send":
             txs = core.post_send(msg, buf, net.now, **kw)
         else:
-            txs = core.post_recv(msg, buf, net.now, **kw)
+            # only irecv posts "recv", and its buffer is a writable memoryview
+            txs = core.post_recv(msg, cast(memoryview, buf), net.now, **kw)
         net.send(name, txs)
         net.done[name].extend(core.completions())  # one may be final already
         cl.dispatch()

@@ -113,6 +113,7 @@ class GradSync:
         elif self._bound is not None:
             arr = buf.numpy()
             bound, d = self._bound, self.dblp
+            assert d is not None  # set_signals sets a bound only with DBLP options
             rec.update(tolerance=self._bound_rec["tolerance"], why=self._bound_rec.get("why"))
             ef = d.fill == "error_feedback"
             if ef:
@@ -127,6 +128,7 @@ class GradSync:
                 bounded_gather=d.bounded_gather), self.comm)
             arr /= self.world
             if ef:
+                assert res_buf is not None  # set above, with error feedback
                 res_buf[:] = 0.0
                 if res.sent_values is not None:
                     for lo, hi in res.unsent:
@@ -171,6 +173,7 @@ class GradSync:
 
     def _reliable(self, arr: np.ndarray):
         if self.collective == "hierarchical":
+            assert self.groups is not None  # worker_configs gives hierarchical its groups
             return collectives.hierarchical_allreduce(self.comm, arr, self.groups, average=True)
         if self.collective == "transpose":
             return collectives.transpose_allreduce(self.comm, arr, average=True)

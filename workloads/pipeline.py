@@ -60,7 +60,8 @@ class PipelineStage:
             self._shapes[key] = shapes
         return self._shapes[key]
 
-    def _timed(self, handles: list[Handle], acc: list[float]) -> Generator:
+    def _timed(self, handles: list[Handle], acc: list[float]
+               ) -> Generator[list[Handle], None, None]:
         t = time.monotonic()
         yield handles
         acc[0] += time.monotonic() - t
@@ -83,7 +84,7 @@ class PipelineStage:
             else:
                 shape = self._out_shapes(xs[m])[k - 1]
                 buf = np.empty(shape, dtype=np.float32)
-                yield from self._timed([self.comm.irecv(k - 1, memoryview(buf).cast("B"))],
+                yield from self._timed([self.comm.irecv(k - 1, buf.data.cast("B"))],
                                        waited)
                 inp = torch.from_numpy(buf).requires_grad_(True)
             t = time.monotonic()
@@ -100,26 +101,29 @@ class PipelineStage:
             if pacer is not None:
                 pacer.pad(t, 1 / 3)  # a backward costs about twice a forward
         for m in reversed(range(microbatches)):
-            inp, out = saved[m]
+            saved_inp, out = saved[m]
             if k == last:
                 t = time.monotonic()
                 out.backward()
             else:
                 g = np.empty(tuple(out.shape), dtype=np.float32)
-                yield from self._timed([self.comm.irecv(k + 1, memoryview(g).cast("B"))],
+                yield from self._timed([self.comm.irecv(k + 1, g.data.cast("B"))],
                                        waited)
                 t = time.monotonic()
                 out.backward(torch.from_numpy(g))
             if pacer is not None:
                 pacer.pad(t, 2 / 3)
             if k > 0:
-                data = inp.grad.numpy().tobytes()
+                # stages after the first saved their input, made to require a gradient
+                assert saved_inp is not None and saved_inp.grad is not None
+                data = saved_inp.grad.numpy().tobytes()
                 nbytes += len(data)
                 sends.append(self.comm.isend(k - 1, data))
         yield from self._timed(sends, waited)
         return StepResult(total_loss if k == last else None, waited[0], nbytes)
 
-    def evaluate(self, evaluate: Callable[[nn.Module], dict]) -> Generator:
+    def evaluate(self, evaluate: Callable[[nn.Module], dict]
+                 ) -> Generator[list[Handle], None, dict | None]:
         """Gather every stage's parameters on the last stage and evaluate the whole model
         there; returns the metrics on the last stage, None elsewhere."""
         last = self.size - 1
@@ -132,7 +136,7 @@ class PipelineStage:
             n = sum(p.numel() for p in self.stages[r].parameters())
             buf = np.empty(n, dtype=np.float32)
             bufs.append(buf)
-            handles.append(self.comm.irecv(r, memoryview(buf).cast("B")))
+            handles.append(self.comm.irecv(r, buf.data.cast("B")))
         yield handles
         with torch.no_grad():
             for r, buf in enumerate(bufs):

@@ -16,16 +16,16 @@ class Progress:
         self.title, self.total, self.say, self.width = title, max(1, total), say, width
         self.tty = sys.stderr.isatty()
         self.done = 0
-        self.figures: dict[str, float] = {}
+        self.figures: dict[str, float | None] = {}
         self.t0 = time.monotonic()
         self._last_decile = -1
         self._lock = threading.Lock()
 
-    def note(self, **figures: float) -> None:
+    def note(self, **figures: float | None) -> None:
         with self._lock:
             self.figures.update(figures)
 
-    def update(self, done: int, **figures: float) -> None:
+    def update(self, done: int, **figures: float | None) -> None:
         with self._lock:
             self.done = done
             self.figures.update(figures)

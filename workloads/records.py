@@ -40,7 +40,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from emu.childproto import READY, START
 from workloads.fill import DEFAULT_FILL
@@ -375,7 +375,7 @@ def _value(tp: Any, v: Any, where: str) -> Any:
                 errors.append(str(e))
         raise ValueError("; ".join(errors))
     if dataclasses.is_dataclass(tp):
-        return _build(tp, v, where)
+        return _build(cast(type, tp), v, where)  # a type hint: a class, not an instance
     if origin is tuple:
         if not isinstance(v, list):
             raise ValueError(f"{where}: must be an array, not {type(v).__name__}")
@@ -559,10 +559,11 @@ class StepAggregator:
         self._train_s += step_s
         exposed = max(0.0, exposed)
         model = None
-        if all(r.model_compute_s is not None for r in recs):
+        first = recs[0].model_compute_s
+        if first is not None and all(r.model_compute_s is not None for r in recs):
             # The step as the model says it lasts (its compute) plus the network's part
             # as measured; what shared cores add to the real compute is left out.
-            model = round(recs[0].model_compute_s + exposed, 6)
+            model = round(first + exposed, 6)
             self._model_s += model
         else:
             self._modelled = False

@@ -285,7 +285,7 @@ class ResultsWriter:
         return rec
 
     def meta(self, *, experiment: Mapping[str, Any], fabric: Mapping[str, Any] | None = None,
-             transport: Mapping[str, Any] | None = None,
+             transport: str | Mapping[str, Any] | None = None,
              compute: Mapping[str, Any] | None = None, label: str | None = None,
              bytes_per_step: int | None = None, bottleneck_mbit: float | None = None,
              rtt_s: float | None = None, **extra: Any) -> dict:

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -211,6 +211,15 @@ def calibrate_compute(fab: Fabric, exps: Sequence[Experiment], say: Say = print,
     return m
 
 
+class RecordSink(Protocol):
+    """Where ``run_on_fabric`` writes its records: a ``ResultsWriter``, or ``_Records``."""
+
+    def write(self, record_type: str, **fields: Any) -> dict: ...
+
+    def event(self, record: Mapping[str, Any], *, rep: int = 0,
+              label: str | None = None) -> dict: ...
+
+
 class _Records:
     """A results sink that keeps records in memory (calibration runs)."""
 
@@ -252,8 +261,13 @@ def _with_compute(fab: Fabric, variants: Sequence[Variant], say: Say) -> list[Va
     for v in variants:
         compute = v.compute
         if compute is None and v.exp.workload.compute == "modelled":
-            compute = (models[_compute_key(v.exp)] if _needs_calibration(v.exp)
-                       else ComputeModel(ms=v.exp.workload.compute_ms))
+            if _needs_calibration(v.exp):
+                compute = models[_compute_key(v.exp)]
+            else:
+                ms = v.exp.workload.compute_ms
+                # modelled and not calibrated: the experiment gives it (a pipeline must)
+                assert ms is not None
+                compute = ComputeModel(ms=ms)
         out.append(dataclasses.replace(v, compute=compute))
     return out
 
@@ -377,7 +391,7 @@ class _Job:
 # --------------------------------------------------------------------------------------
 
 
-def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: ResultsWriter, label: str,
+def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: RecordSink, label: str,
                   say: Say = print, compute_ms: float | None = None,
                   timeout_s: float = 1800) -> RunOutcome:
     """Train ``exp`` (repetition ``rep``) on a running fabric; records go to ``writer``.
@@ -387,9 +401,11 @@ def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: ResultsWriter,
     compute_ms = w.compute_ms if compute_ms is None else compute_ms
     timeline = None
     if exp.events:
-        timeline = TimelineRunner(fab, exp.timeline(),
-                                  partial(writer.event, rep=rep, label=label),
-                                  clock=exp.clock, training=True)
+        def record(event: dict) -> None:
+            writer.event(event, rep=rep, label=label)
+
+        timeline = TimelineRunner(fab, exp.timeline(), record, clock=exp.clock,
+                                  training=True)
 
     def next_gate(after: int) -> int | None:
         g = timeline.next_gate(after) if timeline is not None else None
@@ -424,6 +440,7 @@ def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: ResultsWriter,
     def on_gate(step: int) -> int | None:
         # Every rank's record of ``step`` is in (each rank reports its step before
         # reaching the gate), so the training time is the job's up to this boundary.
+        assert timeline is not None  # gates are waited on only with a gated timeline
         timeline.fire_due(step, agg.training_s)
         agg.resumed(step)
         return next_gate(step + 1)
@@ -504,13 +521,13 @@ def run_variants(fab: Fabric, writer: ResultsWriter, variants: Sequence[Variant]
 def refuse_overruns(outcomes: Iterable[RunOutcome], limit: float = OVERRUN_LIMIT) -> None:
     """EmuError naming every run whose real compute overran its model in more than
     ``limit`` of its steps, unless its experiment allows overruns."""
-    bad = [o for o in outcomes if o.overruns is not None and not o.allow_overruns
-           and o.overruns.job_fraction > limit]
+    bad = [(o, o.overruns) for o in outcomes if o.overruns is not None
+           and not o.allow_overruns and o.overruns.job_fraction > limit]
     if not bad:
         return
-    lines = [f"{o.label} rep {o.rep}: {o.overruns.job_overruns} of {o.overruns.steps} steps "
-             f"({o.overruns.job_fraction:.0%}; per rank "
-             f"{', '.join(f'{f:.0%}' for f in o.overruns.rank_fractions)})" for o in bad]
+    lines = [f"{o.label} rep {o.rep}: {ov.job_overruns} of {ov.steps} steps "
+             f"({ov.job_fraction:.0%}; per rank "
+             f"{', '.join(f'{f:.0%}' for f in ov.rank_fractions)})" for o, ov in bad]
     raise EmuError(
         f"the modelled compute did not hold: the real compute overran it in more than "
         f"{limit:.0%} of the steps of {'; '.join(lines)}. Its step times would hide what "

@@ -15,7 +15,7 @@ into the figures. ``aggregate`` turns repetitions into a median and a spread.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from workloads.results import failure_windows, percentile
@@ -26,7 +26,7 @@ def _of(records: Iterable[Mapping[str, Any]], kind: str, label: str, rep: int) -
             if r.get("type") == kind and r.get("label") == label and r.get("rep", 0) == rep]
 
 
-def summarize(records: list[Mapping[str, Any]], label: str, rep: int = 0,
+def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
               metric: str = "accuracy", target: float | None = None,
               higher_is_better: bool = True) -> dict:
     """Step times, exposed communication, failure stalls and time to target of one run."""
@@ -120,7 +120,7 @@ def target_of(workload: Any) -> tuple[str, float | None, bool]:
     return "accuracy", workload.target_accuracy, True
 
 
-def summarize_workload(records: list[Mapping[str, Any]], label: str, rep: int,
+def summarize_workload(records: Sequence[Mapping[str, Any]], label: str, rep: int,
                        workload: Any) -> dict:
     """``summarize`` with the metric and target of ``workload`` (a WorkloadConfig)."""
     metric, target, higher = target_of(workload)

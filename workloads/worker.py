@@ -253,7 +253,7 @@ def warm_up(model, loss_fn, x, y, times: int = 3) -> None:
 def comm_stats(comm) -> dict:
     if comm is None:
         return {}
-    totals: dict[str, int] = {}
+    totals: dict[str, float] = {}
     for st in comm.endpoint.stats().values():
         for k, v in st.items():
             if isinstance(v, int | float):
@@ -296,6 +296,7 @@ def run_pipeline(cfg: WorkerConfig) -> None:
             x, y = shards.batch(step)
             pacer.begin_step()
             start = time.monotonic()
+            assert cfg.microbatches is not None  # a pipeline's config always sets it
             res = drive(stage.train_step(x, y, cfg.microbatches, pacer), comm)
             opt.step()
             opt.zero_grad(set_to_none=True)

@@ -43,7 +43,7 @@ def fab():
 
 
 def test_dblp_rounds_close_at_the_bound_while_reliable_ones_retransmit(fab):
-    bound = {"tolerance": TOL, "deadline_s": None, "fill": "zeros"}
+    bound = {"tolerance": TOL, "deadline_s": None}
     dblp, dblp_drops, dblp_retx = run_through_bursts(fab, "dblp", bound)
     mrc, mrc_drops, mrc_retx = run_through_bursts(fab, "mrc", None)
     assert dblp_drops > 0 and mrc_drops > 0  # the bursts really overflowed the FIFOs
