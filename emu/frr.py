@@ -263,7 +263,6 @@ class FrrRunner:
 
     def _spawn(self, daemon: str, configs: dict[str, SwitchConfig],
                kernels: dict[str, NodeKernel]) -> None:
-        dirs = []
         for node in configs:
             d = self.node_dir(node)
             argv = [str(FRR_DIR / daemon), "-u", "root", "-g", "root",
@@ -280,8 +279,9 @@ class FrrRunner:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f,
                                         stderr=subprocess.STDOUT, cwd=d, start_new_session=True)
             self.daemons.append(Daemon(node, daemon, proc, d / f"{daemon}.log"))
-            dirs.append(str(FRR_VAR_TMP / f"{daemon}.{proc.pid}"))
-        self.register_dir(dirs)
+            # Named by the daemon's pid, so known only once it runs: recorded at once,
+            # before the next daemon starts (the daemon creates it while starting up)
+            self.register_dir([str(FRR_VAR_TMP / f"{daemon}.{proc.pid}")])
 
     def check(self) -> None:
         """Raise (with its log tail) if any daemon has exited."""

@@ -1,9 +1,12 @@
 """What the emulator created, recorded so that a crashed run can be cleaned up.
 
 Every fabric writes a state file under /run/scaleacross-emu before it creates
-anything and removes it after teardown. Namespaces it names carry the ``sae-``
-prefix under /run/netns. ``emu clean`` removes exactly those things: processes
-inside our namespaces, our namespace names, our temp dirs and our state files.
+anything and removes it after teardown; a namespace is recorded there (its node's
+pid and namespace inode) before its ``sae-`` name is bound under /run/netns, and a
+temp dir before anything is written into it. ``emu clean`` removes exactly what
+the state files of dead runs record: processes inside those namespaces, those
+names, those temp dirs and the state files. A ``sae-`` name no state file records
+is not provably ours (another tool may use the prefix) and is left alone.
 """
 
 from __future__ import annotations
@@ -174,13 +177,6 @@ def clean(force: bool = False, only: str | None = None) -> CleanReport:
             if Path(d).exists():
                 shutil.rmtree(d, ignore_errors=True)
                 report.tmpdirs.append(d)
-    if only is None:
-        # Names of ours with no state file (a crash before the state was written).
-        skip = {rec["netns"] for st in states if f"{st.fabric} (pid {st.owner_pid})"
-                in report.skipped_running for rec in st.namespaces.values()}
-        if NETNS_RUN_DIR.is_dir():
-            names |= {p.name for p in NETNS_RUN_DIR.iterdir()
-                      if p.name.startswith(NETNS_PREFIX) and p.name not in skip}
     for name in names:
         try:
             inodes.add(os.stat(NETNS_RUN_DIR / name).st_ino)

@@ -455,3 +455,24 @@ def test_plane_addresses_keep_traffic_on_their_plane(fabric):
             for p in range(spec.planes):
                 tx = after[host][f"p{p}"][1] - before[host][f"p{p}"][1]
                 assert tx == (20 if p == plane else 0), (host, p, tx)
+
+
+def test_clean_leaves_a_namespace_no_state_file_records():
+    """Another tool's namespace that happens to carry our prefix, with a process in it,
+    survives ``emu clean``: only what a state file records is provably ours."""
+    name = f"{registry.NETNS_PREFIX}foreign-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    sleeper = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5.0
+        inode = os.stat(NETNS_RUN_DIR / name).st_ino
+        while not registry.processes_in({inode}) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert registry.processes_in({inode}), "the sleeper never entered the namespace"
+        report = registry.clean()
+        assert name not in report.namespaces
+        assert name in our_netns_names() and sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        subprocess.run(["ip", "netns", "del", name], check=False)
