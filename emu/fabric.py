@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 
-from emu import frr, registry
+from emu import capacity, frr, registry
 from emu.delayline import DelayLine
 from emu.errors import EmuError, require_root
 from emu.frr import DEFAULT_BFD, BfdTimers, FrrRunner
@@ -123,6 +123,7 @@ class Fabric:
     def start(self) -> None:
         """Build the fabric. On any failure, everything built so far is torn down."""
         require_root("building a fabric")
+        capacity.check(self.spec, bool(self.bgp))  # before anything exists: refuse what cannot fit
         self._check_stale()
         try:
             self._build()

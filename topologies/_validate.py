@@ -11,6 +11,13 @@ import math
 
 from topologies.errors import TopologyError
 
+# What the kernel's queueing can encode (checked on this machine's kernel through
+# pyroute2): a pfifo limit is a signed 32-bit count, and an HTB class keeps its burst in
+# timer ticks, which stays exact up to about 40 Gbit/s (beyond it the burst is rounded
+# to nothing). An emulated link runs in software far below either.
+MAX_QUEUE_PACKETS = 2**31 - 1
+MAX_RATE_MBIT = 40_000.0
+
 
 def check_int(name: str, value: object, lo: int, hi: int | None = None) -> int:
     """Return ``value`` if it is a real ``int`` in ``[lo, hi]`` (``hi`` None: unbounded)."""

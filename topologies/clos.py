@@ -15,7 +15,7 @@ from ipaddress import IPv6Address, IPv6Interface, IPv6Network
 from typing import TYPE_CHECKING
 
 from topologies import addressing, naming
-from topologies._validate import check_int, check_number
+from topologies._validate import MAX_QUEUE_PACKETS, MAX_RATE_MBIT, check_int, check_number
 from topologies.errors import TopologyError
 from topologies.roles import Role
 
@@ -40,8 +40,8 @@ class LinkSpec:
     nominal_gbit: float = 100.0
 
     def __post_init__(self) -> None:
-        check_number("rate_mbit", self.rate_mbit, 0.0, lo_open=True)
-        check_int("queue_packets", self.queue_packets, 1)
+        check_number("rate_mbit", self.rate_mbit, 0.0, MAX_RATE_MBIT, lo_open=True)
+        check_int("queue_packets", self.queue_packets, 1, MAX_QUEUE_PACKETS)
         check_number("nominal_gbit", self.nominal_gbit, 0.0, lo_open=True)
 
 
