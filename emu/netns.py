@@ -64,12 +64,6 @@ def write_sysctl(key: str, value: str | int) -> None:
         f.write(str(value))
 
 
-def read_sysctl(key: str) -> str:
-    """Read a sysctl (dotted form) in the current namespace."""
-    with open("/proc/sys/" + key.replace(".", "/")) as f:
-        return f.read().strip()
-
-
 def bind_name(pid: int, name: str) -> Path:
     """Give the namespace of ``pid`` a name under /run/netns (as ``ip netns`` does)."""
     NETNS_RUN_DIR.mkdir(parents=True, exist_ok=True)

@@ -219,7 +219,10 @@ class MrcCore(MessageCore):
             else:
                 self.rcv.on_data(h, data, now, out)
         elif kind == ACK:
-            if h.flags & (FLAG_STOP | FLAG_STOP_OK) and self.policy is not None:
+            if h.flags & (FLAG_STOP | FLAG_STOP_OK):
+                if self.policy is None:  # DBLP's control: never an acknowledgement here
+                    self.stats["stop_unexpected"] += 1
+                    return out
                 self.policy.on_control(h, data, now, out)
                 self._pump(now, out)
             else:

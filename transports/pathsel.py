@@ -42,7 +42,6 @@ from collections.abc import Sequence
 from typing import Protocol
 
 GOOD, DELAY, NACK, TIMEOUT = 0, 1, 2, 3
-FEEDBACK = {GOOD: "GOOD", DELAY: "DELAY", NACK: "NACK", TIMEOUT: "TIMEOUT"}
 
 
 class PathSelector(Protocol):

@@ -133,6 +133,9 @@ class RcCore(MessageCore):
         if h.kind == DATA:
             self._on_data(h, data, now, out)
         elif h.kind in (ACK, NACK):
+            if h.flags & (wire.FLAG_STOP | wire.FLAG_STOP_OK):  # DBLP's, never an RC ack
+                self.stats["stop_unexpected"] += 1
+                return out
             self._on_ack(h, now, out)
         elif h.kind == PROBE:
             buf = bytearray(HEADER_LEN)

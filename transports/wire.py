@@ -49,7 +49,6 @@ FLAG_LAST = 0x0001  # last packet of a message
 FLAG_RETX = 0x0002  # a retransmission
 FLAG_SACK = 0x0004  # ACK/NACK payload holds SACK blocks
 FLAG_ACK_REQ = 0x0008  # receiver should ack at once (end of a burst, a probe)
-FLAG_CLOSE = 0x0010  # the sender ends the connection
 FLAG_STOP = 0x0020  # ACK, receiver -> sender: stop sending ``msg`` (DBLP); payload: bitmap
 FLAG_STOP_OK = 0x0040  # ACK, sender -> receiver: ``msg`` abandoned; PSNs [psn, offset) never resent
 FLAG_TAIL = 0x0080  # PROBE in the data class after a silent RTO: answered by a full ACK (MRC)

@@ -58,7 +58,7 @@ def test_fields_are_wire_header() -> None:
     names = [f.name for f in SaeTransport.fields_desc]
     assert names[:13] == list(wire.Header._fields) == list(FIELDS)
     assert len(SaeTransport()) == wire.HEADER_LEN
-    assert FLAG_NAMES == {1: "LAST", 2: "RETX", 4: "SACK", 8: "ACK_REQ", 16: "CLOSE",
+    assert FLAG_NAMES == {1: "LAST", 2: "RETX", 4: "SACK", 8: "ACK_REQ",
                           32: "STOP", 64: "STOP_OK", 128: "TAIL"}
 
 
