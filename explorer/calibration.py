@@ -1,7 +1,7 @@
 """What the emulator measured, as the cost model uses it: dimensionless, with intervals.
 
 ``load_calibration(paths)`` reads calibration records (``scaleacross-emu/calibration/2``
-from ``emu calibrate``, or version 1 from training runs, see workloads/results.py) into
+from ``emu calibrate``, or version 1 from training runs, see workloads/metrics.py) into
 one :class:`Calibration`: per transport (mrc, rc, tcp) a :class:`TransportCal`, and the
 DBLP results. Later files override earlier ones transport by transport. No absolute
 emulator time is kept: the model multiplies these numbers by full-scale RTTs, RTOs and

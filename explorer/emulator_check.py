@@ -53,7 +53,7 @@ class Run:
         return [r for r in self.records if r.get("type") == "job_step"]
 
     def windows(self) -> list[Any]:
-        from workloads.results import failure_windows
+        from workloads.metrics import failure_windows
 
         return failure_windows([r for r in self.records if r.get("type") == "event"])
 

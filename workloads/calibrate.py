@@ -60,7 +60,8 @@ from transports.plan import DEFAULT_CONFIG
 from transports.tcp import TCP_PORT
 from transports.wire import HEADER_LEN
 from workloads import calibration as cal
-from workloads.results import host_info, read_jsonl, software_versions
+from workloads.provenance import host_info, software_versions
+from workloads.results import read_jsonl
 
 if TYPE_CHECKING:
     from topologies.routing import EcmpMode

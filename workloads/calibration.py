@@ -1,11 +1,17 @@
 """Calibration record version 2: dimensionless transport figures with their regime.
 
-Pure (no root, no emulator imports): ``workloads/calibrate.py`` measures on a fabric and
-hands plain samples (the frozen dataclasses below) to :func:`calibration_record`, which
-reduces them and returns the record; :func:`validate` checks one (strictly: unknown or
-missing keys are errors) and :func:`load` reads one back. No absolute emulator time
-enters a figure the explorer projects: every value is a ratio, and ``regime`` says in
-which dimensionless groups it was measured (``rtt_s`` there is information only).
+Pure (no root, no emulator imports). This module defines the record (this docstring)
+and reduces measurements to it: ``workloads/calibrate.py`` measures on a fabric and hands
+plain samples (``workloads.calibration_samples``) to :func:`calibration_record`, which
+reduces them with the statistics of ``workloads.calibration_stats`` and returns the
+record; :func:`validate` checks one (strictly: unknown or missing keys are errors) and
+:func:`load` reads one back (both in ``workloads.calibration_schema``). Every public name
+of those parts is re-exported here (``__all__``), so callers reach the calibration
+through one module.
+
+No absolute emulator time enters a figure the explorer projects: every value is a
+ratio, and ``regime`` says in which dimensionless groups it was measured (``rtt_s`` there
+is information only).
 
 Record (``scaleacross-emu/calibration/2``; floats finite or null)::
 
@@ -91,15 +97,34 @@ measurement that failed, is listed in the transport's ``excluded``.
 
 from __future__ import annotations
 
-import json
-import math
 import zlib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+
+from workloads.calibration_samples import (
+    BurstGeometry,
+    CpuUse,
+    LoadSample,
+    RecoverySample,
+    Regime,
+    RoundsSample,
+    StepsSample,
+    TransferSample,
+    TransportMeasurements,
+    steps_from_training,
+)
+from workloads.calibration_schema import (
+    BINDINGS,
+    FORMAT,
+    TRANSPORTS,
+    CalibrationError,
+    load,
+    plain,
+    validate,
+)
+from workloads.calibration_stats import RESAMPLES, EtaFit, balls_into_bins, bootstrap, fit_eta
 
 __all__ = [
     "BINDINGS", "FORMAT", "RESAMPLES", "TRANSPORTS", "BurstGeometry", "CalibrationError",
@@ -108,253 +133,10 @@ __all__ = [
     "calibration_record", "fit_eta", "load", "steps_from_training", "validate",
 ]
 
-FORMAT = "scaleacross-emu/calibration/2"
-TRANSPORTS = ("mrc", "rc", "tcp", "dblp")
-BINDINGS = ("host_nic", "dci")
-RESAMPLES = 2000
-CPU_BOUND = 0.9  # of one core (a driver), or of all cores (the drivers together)
 CREDIT_MARGIN = 1.5  # eta points below this many burst credits are left out of the fit
-T = TypeVar("T")
 
 
-class CalibrationError(ValueError):
-    """Calibration input or record that cannot be used (the message names it)."""
-
-
-# -- inputs ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CpuUse:
-    """Cores each driver process used during one measurement (``(host, cores)`` pairs)."""
-
-    drivers: tuple[tuple[str, float], ...]
-    machine_cores: int
-
-    @property
-    def max_core(self) -> float:
-        return max((c for _, c in self.drivers), default=0.0)
-
-    def bound(self) -> str | None:
-        """Why this measurement was CPU-bound, or None."""
-        if self.drivers and self.max_core >= CPU_BOUND:
-            host = max(self.drivers, key=lambda d: d[1])[0]
-            return f"CPU-bound: the driver on {host} used {self.max_core:.2f} core"
-        total = sum(c for _, c in self.drivers)
-        if total >= CPU_BOUND * self.machine_cores:
-            return (f"CPU-bound: the drivers used {total:.2f} of the machine's "
-                    f"{self.machine_cores} cores")
-        return None
-
-
-@dataclass(frozen=True)
-class Regime:
-    """Raw quantities of the path a transport was measured on (module docstring)."""
-
-    rtt_s: float
-    payload_bytes: int
-    frame_bytes: int
-    line_mbit: float
-    lanes: int
-    buffer_packets: int
-    binding: str = "host_nic"
-    rto_floor_s: float | None = None
-    credit_bytes: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("rtt_s", "line_mbit"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise CalibrationError(f"Regime.{name}={v!r} is invalid: must be > 0")
-        if not 0 < self.payload_bytes <= self.frame_bytes:
-            raise CalibrationError(f"Regime.payload_bytes={self.payload_bytes!r} is invalid: "
-                                   f"must be in (0, frame_bytes={self.frame_bytes}]")
-        if self.lanes < 1 or self.buffer_packets < 1:
-            raise CalibrationError(f"Regime lanes={self.lanes!r} and buffer_packets="
-                                   f"{self.buffer_packets!r} are invalid: both must be >= 1")
-        if self.binding not in BINDINGS:
-            raise CalibrationError(f"Regime.binding={self.binding!r} is invalid: must be one "
-                                   f"of {', '.join(BINDINGS)}")
-
-    @property
-    def binding_mbit(self) -> float:
-        return self.lanes * self.line_mbit * self.payload_bytes / self.frame_bytes
-
-    @property
-    def bdp_bytes(self) -> float:
-        return self.binding_mbit * 1e6 / 8 * self.rtt_s
-
-    @property
-    def buffer_bytes(self) -> int:
-        return self.buffer_packets * self.frame_bytes
-
-    @property
-    def buffer_bdp(self) -> float:
-        return self.buffer_bytes / (self.line_mbit * 1e6 / 8 * self.rtt_s)
-
-
-@dataclass(frozen=True)
-class TransferSample:
-    """One message of ``message_bytes``: ``seconds`` from post to fully placed."""
-
-    rep: int
-    message_bytes: int
-    seconds: float
-    cpu: CpuUse
-
-
-@dataclass(frozen=True)
-class LoadSample:
-    """One permutation: aggregate goodput vs ideal; ``ecmp_flows`` F hashed onto
-    ``ecmp_uplinks`` N (None for transports that do not hash)."""
-
-    rep: int
-    flows_per_uplink: float
-    goodput_mbit: float
-    ideal_mbit: float
-    cpu: CpuUse
-    ecmp_flows: int | None = None
-    ecmp_uplinks: int | None = None
-
-
-@dataclass(frozen=True)
-class BurstGeometry:
-    """``sources`` hosts at ``source_mbit`` for ``on_s`` every ``every_s`` onto a port of
-    ``target_mbit``."""
-
-    on_s: float
-    every_s: float
-    sources: int
-    source_mbit: float
-    target_mbit: float
-
-    def rtts(self, regime: Regime) -> float:
-        return self.on_s / regime.rtt_s
-
-    def excess_buffers(self, regime: Regime) -> float:
-        excess = (self.sources * self.source_mbit - self.target_mbit) * 1e6 / 8 * self.on_s
-        return excess / regime.buffer_bytes
-
-
-@dataclass(frozen=True)
-class RoundsSample:
-    """Chained rounds of one repetition: healthy (``geometry`` None: every round) or
-    under bursts (the rounds that overlapped a burst window), with target FIFO drops."""
-
-    rep: int
-    geometry: BurstGeometry | None
-    latencies_s: tuple[float, ...]
-    delivered: tuple[float, ...]
-    cpu: CpuUse
-    burst_drops: int = 0
-
-
-@dataclass(frozen=True)
-class RecoverySample:
-    """A long transfer without and with a link cut; ``convergence_s`` of the control plane
-    (``control_plane``: whether the transport's paths wait for it)."""
-
-    rep: int
-    clean_s: float
-    cut_s: float
-    convergence_s: float | None
-    control_plane: bool
-    cpu: CpuUse
-
-
-@dataclass(frozen=True)
-class StepsSample:
-    """Steps to the training target with DBLP and without (one training repetition)."""
-
-    rep: int
-    steps_with: int
-    steps_without: int
-
-
-@dataclass(frozen=True)
-class TransportMeasurements:
-    """Everything measured for one transport (empty tuples: not measured)."""
-
-    regime: Regime
-    eta: tuple[TransferSample, ...] = ()
-    dci_regime: Regime | None = None
-    eta_dci: tuple[TransferSample, ...] = ()
-    load: tuple[LoadSample, ...] = ()
-    healthy_rounds: tuple[RoundsSample, ...] = ()
-    burst_rounds: tuple[RoundsSample, ...] = ()
-    recovery: tuple[RecoverySample, ...] = ()
-    dblp_tolerance: float | None = None
-    steps: tuple[StepsSample, ...] = ()
-    steps_reason: str | None = None
-    notes: tuple[str, ...] = ()
-
-
-# -- statistics --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EtaFit:
-    """``t(S) = overhead_s + (S - credit) * 8 / (eta * binding_mbit * 1e6)``."""
-
-    eta: float
-    overhead_s: float
-
-
-def fit_eta(message_bytes: Sequence[int], seconds: Sequence[float], binding_mbit: float,
-            credit_bytes: float = 0.0) -> EtaFit:
-    """Least-squares eta and per-message overhead from (size, completion time) pairs."""
-    if len(message_bytes) != len(seconds):
-        raise CalibrationError(f"fit_eta: {len(message_bytes)} sizes but {len(seconds)} times")
-    sizes = sorted(set(message_bytes))
-    if len(sizes) < 3:
-        raise CalibrationError(f"eta needs at least 3 distinct message sizes, got {len(sizes)}"
-                               f" ({sizes}): one slope and one intercept need a third to check")
-    if sizes[-1] < 10 * sizes[0]:
-        raise CalibrationError(f"eta needs the largest message >= 10x the smallest, got "
-                               f"{sizes[0]}..{sizes[-1]} bytes")
-    y = np.asarray(seconds, dtype=float)
-    if not np.all(np.isfinite(y)) or np.any(y <= 0) or not binding_mbit > 0:
-        raise CalibrationError("fit_eta: times must be finite and > 0 and binding_mbit > 0")
-    x = (np.asarray(message_bytes, dtype=float) - credit_bytes) * 8 / (binding_mbit * 1e6)
-    slope, intercept = np.polyfit(x, y, 1)
-    if not slope > 0:
-        raise CalibrationError(f"eta fit has a slope {slope:g} <= 0: times do not grow "
-                               "with size")
-    return EtaFit(float(1 / slope), float(intercept))
-
-
-def bootstrap(groups: Sequence[T], stat: Callable[[Sequence[T]], float | None], *,
-              seed: int, resamples: int = RESAMPLES, level: float = 0.95,
-              value: float | None = None) -> tuple[float | None, float | None]:
-    """Percentile-bootstrap interval of ``stat`` over ``groups`` (one per repetition),
-    resampled with replacement; (None, None) when fewer than half the resamples define it.
-    Given the full-sample ``value``, the interval is widened to contain it."""
-    if resamples < 1000:
-        raise CalibrationError(f"resamples={resamples} is invalid: must be >= 1000")
-    if not groups:
-        return None, None
-    rng = np.random.default_rng(seed)
-    vals = []
-    for row in rng.integers(0, len(groups), size=(resamples, len(groups))):
-        try:
-            v = stat([groups[i] for i in row])
-        except CalibrationError:
-            continue
-        if v is not None and math.isfinite(v):
-            vals.append(v)
-    if len(vals) < resamples / 2:
-        return None, None
-    lo, hi = (float(x) for x in np.percentile(vals, [50 * (1 - level), 50 * (1 + level)]))
-    if value is not None and math.isfinite(value):
-        lo, hi = min(lo, value), max(hi, value)
-    return lo, hi
-
-
-def balls_into_bins(flows: int, bins: int) -> float:
-    """E[occupied bins] / min(flows, bins) for ``flows`` hashed uniformly onto ``bins``."""
-    if flows < 1 or bins < 1:
-        raise CalibrationError(f"balls_into_bins({flows}, {bins}): both must be >= 1")
-    return bins * (1 - (1 - 1 / bins) ** flows) / min(flows, bins)
+# -- helpers of the reductions -----------------------------------------------------------
 
 
 def _seed(seed: int, *names: str) -> int:
@@ -604,188 +386,6 @@ def calibration_record(*, fabric: Mapping[str, Any],
     record = {"format": FORMAT, "generated": generated, "command": command,
               "versions": dict(versions), "host": dict(host), "fabric": dict(fabric),
               "transports": sections}
-    record = _plain(record)
+    record = plain(record)
     validate(record)
-    return record
-
-
-def _plain(obj: Any) -> Any:
-    """JSON data: tuples to lists, numpy scalars to numbers, non-finite floats to None."""
-    if isinstance(obj, Mapping):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    if hasattr(obj, "item"):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-# -- training results: steps to target --------------------------------------------------
-
-
-def steps_from_training(records: Sequence[Mapping[str, Any]]
-                        ) -> tuple[tuple[StepsSample, ...], str | None]:
-    """DBLP vs reliable MRC steps to target from ``emu bench training`` records
-    (``results.jsonl``): each DBLP label (default all-gather) against the MRC label of the
-    same model, target and failure events, per repetition. Returns the samples, or () and
-    the reason."""
-    metas = {r.get("label"): r for r in records if r.get("type") == "meta"}
-
-    def target(meta: Mapping[str, Any]) -> tuple[str, str, float] | None:
-        exp = meta.get("experiment") or {}
-        w = exp.get("workload") or {}
-        for key in ("target_loss", "target_accuracy"):
-            if w.get(key) is not None:
-                return str(w.get("model")), key, float(w[key])
-        return None
-
-    def name(meta: Mapping[str, Any]) -> str | None:
-        t = (meta.get("experiment") or {}).get("transport") or {}
-        if (t.get("dblp") or {}).get("bounded_gather"):
-            return "dblp_bounded_gather"
-        return t.get("name")
-
-    def steps(label: str | None, rep: int, key: str, goal: float) -> int | None:
-        evals = sorted((r for r in records if r.get("type") == "eval" and
-                        r.get("label") == label and r.get("rep", 0) == rep),
-                       key=lambda r: r["step"])
-        metric = "loss" if key == "target_loss" else "accuracy"
-        for e in evals:
-            v = e.get(metric)
-            if v is not None and (v <= goal if metric == "loss" else v >= goal):
-                return int(e["step"]) + 1
-        return None
-
-    out: list[StepsSample] = []
-    for label, meta in sorted(metas.items(), key=lambda kv: str(kv[0])):
-        tg = target(meta)
-        if name(meta) != "dblp" or tg is None:
-            continue
-        events = (meta.get("experiment") or {}).get("events")
-        ref = next((lb for lb, m in metas.items() if name(m) == "mrc" and target(m) == tg
-                    and (m.get("experiment") or {}).get("events") == events), None)
-        if ref is None:
-            continue
-        for rep in sorted({r.get("rep", 0) for r in records
-                           if r.get("type") == "eval" and r.get("label") == label}):
-            a, b = steps(label, rep, tg[1], tg[2]), steps(ref, rep, tg[1], tg[2])
-            if a is not None and b is not None:
-                out.append(StepsSample(rep=len(out), steps_with=a, steps_without=b))
-    if not out:
-        return (), ("no DBLP run with a reliable MRC run of the same model, target and "
-                    "events that both reached the target")
-    return tuple(out), None
-
-
-# -- validation --------------------------------------------------------------------------
-
-_CI = {"value": "float?", "lo": "float?", "hi": "float?"}
-_INTERVALS = (("value", "lo", "hi"), ("recovery_rtts", "lo", "hi"),
-              ("overhead_rtts", "overhead_rtts_lo", "overhead_rtts_hi"))
-_POINT = {"message_bytes": "int", "message_bdp": "float", "seconds": ["float"],
-          "cpu_cores": "float", "excluded": "str?"}
-_ETA = {"value": "float?", "lo": "float?", "hi": "float?", "overhead_rtts": "float?",
-        "overhead_rtts_lo": "float?", "overhead_rtts_hi": "float?", "binding_mbit": "float",
-        "points": [_POINT]}
-_REGIME = {"rtt_s": "float", "payload_bytes": "int", "bdp_bytes": "float",
-           "buffer_packets": "int", "buffer_bdp": "float", "message_bdp": "range?",
-           "flows_per_uplink": "range?", "burst_rtts": "range?",
-           "burst_excess_buffers": "range?", "cpu_cores_max": "float?", "binding": "binding",
-           "rto_floor_s": "float?"}
-_TRANSPORT = {
-    "regime": _REGIME, "eta": _ETA, "eta_dci": ("null", _ETA),
-    "load_balance": [{"flows_per_uplink": "float", **_CI, "balls_into_bins": "float?",
-                      "excluded": "str?"}],
-    "tail_inflation": [{"burst_rtts": "float", "burst_excess_buffers": "float", **_CI,
-                        "burst_drops": "int", "delay_spike_only": "bool", "rounds": "int"}],
-    "recovery": {"link_cut": {"lost_rtts": "float?", "convergence_s": "float?",
-                              "recovery_rtts": "float?", "lo": "float?", "hi": "float?",
-                              "recovery_rtos": "float?"}},
-    "dblp": ("null", {"tolerance": "float?", "delivered_fraction": _CI,
-                      "steps_ratio": ("null", _CI), "steps_ratio_reason": "str?"}),
-    "excluded": ["str"]}
-_FABRIC = {"planes": "int", "spines": "int", "leaves": "int", "hosts_per_leaf": "int",
-           "rate_mbit": "float", "fabric_rate_mbit": "float", "queue_packets": "int",
-           "mtu": "int", "nominal_gbit": "float", "dci": "dict?"}
-_RECORD = {"format": "str", "generated": "float", "command": "str", "versions": "dict",
-           "host": "dict", "fabric": _FABRIC, "transports": "transports"}
-
-
-def _check(v: Any, schema: Any, where: str) -> None:
-    def bad(want: str) -> CalibrationError:
-        return CalibrationError(f"{where}={v!r} is invalid: must be {want}")
-
-    if isinstance(schema, tuple):  # ("null", schema)
-        if v is not None:
-            _check(v, schema[1], where)
-        return
-    if isinstance(schema, list):
-        if not isinstance(v, list):
-            raise bad("a list")
-        for i, item in enumerate(v):
-            _check(item, schema[0], f"{where}[{i}]")
-        return
-    if isinstance(schema, dict):
-        if not isinstance(v, dict):
-            raise bad("an object")
-        if set(v) != set(schema):
-            raise CalibrationError(f"{where}: unknown keys {sorted(set(v) - set(schema))}, "
-                                   f"missing keys {sorted(set(schema) - set(v))}")
-        for k, s in schema.items():
-            _check(v[k], s, f"{where}.{k}")
-        for mid, lo, hi in _INTERVALS:
-            trio = [v.get(k) for k in (lo, mid, hi)]
-            a, m, b = trio
-            if mid in v and a is not None and m is not None and b is not None \
-                    and not a <= m <= b:
-                raise CalibrationError(f"{where}: {mid}={trio[1]} is outside [{lo}, {hi}] = "
-                                       f"[{trio[0]}, {trio[2]}]")
-        return
-    if schema.endswith("?"):
-        if v is None:
-            return
-        schema = schema[:-1]
-    number = isinstance(v, int | float) and not isinstance(v, bool)
-    if schema == "float" and not (number and math.isfinite(v)):
-        raise bad("a finite number")
-    if schema == "int" and not (isinstance(v, int) and not isinstance(v, bool)):
-        raise bad("an integer")
-    if schema in ("str", "bool", "dict") and not isinstance(v, {"str": str, "bool": bool,
-                                                                 "dict": dict}[schema]):
-        raise bad(f"a {schema}")
-    if schema == "binding" and v not in BINDINGS:
-        raise bad(f"one of {', '.join(BINDINGS)}")
-    if schema == "range" and not (isinstance(v, list) and len(v) == 2 and all(
-            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-            for x in v) and v[0] <= v[1]):
-        raise bad("[lo, hi] with finite lo <= hi")
-    if schema == "transports":
-        if not isinstance(v, dict) or not v or set(v) - set(TRANSPORTS):
-            raise bad(f"an object with keys among {', '.join(TRANSPORTS)}")
-        for name, t in v.items():
-            _check(t, _TRANSPORT, f"{where}.{name}")
-            if (name == "dblp") != (t["dblp"] is not None):
-                raise CalibrationError(f"{where}.{name}.dblp must be set for dblp only")
-
-
-def validate(record: Any) -> None:
-    """CalibrationError naming the first field of ``record`` that is not a v2 record's."""
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        got = record.get("format") if isinstance(record, dict) else type(record).__name__
-        raise CalibrationError(f"format={got!r} is invalid: must be {FORMAT!r}")
-    _check(record, _RECORD, "record")
-
-
-def load(path: str | Path) -> dict:
-    """A v2 record read from ``path`` and validated."""
-    try:
-        record = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as e:
-        raise CalibrationError(f"{path}: not JSON: {e}") from None
-    try:
-        validate(record)
-    except CalibrationError as e:
-        raise CalibrationError(f"{path}: {e}") from None
     return record

@@ -33,10 +33,10 @@ import torch
 from transports.bound import LossBound
 from workloads import collectives
 from workloads.comm import drive
+from workloads.dblpconfig import DblpConfig
 from workloads.phase import OptiReduceDeadline, Signals
-from workloads.records import DblpConfig
 
-# The settings' one definition is workloads.records.DblpConfig; this name stays for callers.
+# The settings' one definition is workloads.dblpconfig.DblpConfig; this name stays for callers.
 DblpOptions = DblpConfig
 
 

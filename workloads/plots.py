@@ -25,7 +25,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from workloads.results import job_steps
+from workloads.metrics import job_steps
 
 __all__ = ["Marker", "accuracy_series", "comparison_table", "event_markers",
            "plot_step_timeline", "plot_time_to_accuracy", "step_series"]

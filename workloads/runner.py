@@ -59,19 +59,17 @@ from emu.timeline import TimelineRunner
 from topologies.timescale import TimeScale, time_scale
 from transports.plan import DEFAULT_CONFIG
 from workloads.experiment import Experiment
+from workloads.jobstep import OverrunStats, StepAggregator
 from workloads.progress import Progress
+from workloads.recordcodec import decode_obj, encode
 from workloads.records import (
     Done,
     EvalRecord,
     GateReached,
-    OverrunStats,
     Release,
-    StepAggregator,
     StepRecord,
     WorkerConfig,
     WorkerError,
-    decode_obj,
-    encode,
 )
 from workloads.results import ResultsWriter
 from workloads.transportcomm import plan_conns

@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from workloads.results import failure_windows, percentile
+from workloads.metrics import failure_windows, percentile
 
 
 def _of(records: Iterable[Mapping[str, Any]], kind: str, label: str, rep: int) -> list[dict]:

@@ -47,6 +47,7 @@ import time
 import traceback
 
 from emu import childproto
+from workloads.recordcodec import decode, encode
 from workloads.records import (
     Done,
     EvalRecord,
@@ -57,8 +58,6 @@ from workloads.records import (
     StepRecord,
     WorkerConfig,
     WorkerError,
-    decode,
-    encode,
 )
 
 

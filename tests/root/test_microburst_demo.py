@@ -21,7 +21,7 @@ from emu.failures import BurstStart, Microbursts
 from emu.microburst import Microburst, MicroburstSpec, arm_all, fire_all
 from emu.timeline import Timeline, TimelineRunner, at, microburst, restore
 from topologies import LinkSpec, MultiPlaneClos
-from workloads.results import failure_windows
+from workloads.metrics import failure_windows
 
 pytestmark = pytest.mark.root
 

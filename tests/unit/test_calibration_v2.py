@@ -9,9 +9,8 @@ from dataclasses import replace
 import pytest
 
 from workloads import calibration as cal
-from workloads.calibration import (
+from workloads.calibration_samples import (
     BurstGeometry,
-    CalibrationError,
     CpuUse,
     LoadSample,
     RecoverySample,
@@ -21,6 +20,7 @@ from workloads.calibration import (
     TransferSample,
     TransportMeasurements,
 )
+from workloads.calibration_schema import CalibrationError
 
 IDLE = CpuUse((("h0", 0.1), ("h4", 0.2)), 2)
 REGIME = Regime(rtt_s=0.01, payload_bytes=8000, frame_bytes=8150, line_mbit=10.0, lanes=2,

@@ -11,25 +11,26 @@ import pytest
 
 from transports.dblp import LossBound
 from transports.fakenet import PathSpec
-from workloads.collectives import (
-    CollectiveResult,
+from workloads.collective_executor import CollectiveResult, merge_ranges
+from workloads.collective_schedules import (
     Step,
-    all_gather,
     all_gather_schedule,
-    all_to_all,
     all_to_all_recv_len,
     all_to_all_schedule,
     block_bounds,
     check_groups,
-    hierarchical_allreduce,
     hierarchical_allreduce_schedule,
-    merge_ranges,
-    reduce_scatter,
     reduce_scatter_schedule,
-    ring_allreduce,
     ring_allreduce_schedule,
-    transpose_allreduce,
     transpose_allreduce_schedule,
+)
+from workloads.collective_transpose import transpose_allreduce
+from workloads.collectives import (
+    all_gather,
+    all_to_all,
+    hierarchical_allreduce,
+    reduce_scatter,
+    ring_allreduce,
 )
 from workloads.comm import CommError, drive
 from workloads.fakecomm import CollectiveStuck, FakeCluster, run_collective

@@ -17,22 +17,20 @@ from emu.errors import EmuError
 from workloads import experiment
 from workloads import runner as rn
 from workloads import worker as wk
+from workloads.dblpconfig import DblpConfig
+from workloads.jobstep import OverrunStats, StepAggregator
 from workloads.phase import PhaseAwareConfig
+from workloads.recordcodec import decode, encode
 from workloads.records import (
-    DblpConfig,
     Done,
     EvalRecord,
     GateReached,
-    OverrunStats,
     Ready,
     Release,
     Start,
-    StepAggregator,
     StepRecord,
     WorkerConfig,
     WorkerError,
-    decode,
-    encode,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -298,6 +296,7 @@ def test_pacer_counts_overrun_steps(monkeypatch):
 
 FAKE_WORKER = """
 import sys, time
+from workloads.recordcodec import decode, encode
 from workloads.records import *
 cfg = decode(sys.stdin.readline())
 print(encode(Ready(cfg.rank, 0)), end="", flush=True)

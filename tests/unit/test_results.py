@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from workloads import plots
+from workloads import metrics, plots
 from workloads import results as res
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -129,7 +129,7 @@ def test_failure_windows_pair_apply_and_restore():
            event("apply", 4.0, kind="switch_down", switch="p0s1"),
            {**event("apply", 4.5, kind="link_down", link="p1l0-p1s0"), "error": "boom"},
            event("apply", 1.0, rep=1)]
-    ws = res.failure_windows(evs)
+    ws = metrics.failure_windows(evs)
     got = [(w.rep, w.kind, w.start_s, w.end_s) for w in ws]
     assert got == [(0, "link_down", 1.0, 2.0), (0, "microburst", 1.5, 3.0),
                    (0, "switch_down", 4.0, math.inf), (1, "link_down", 1.0, math.inf)]
@@ -142,7 +142,7 @@ def test_failure_windows_pair_apply_and_restore():
 
 
 def test_job_steps_take_the_slowest_rank():
-    js = res.job_steps([step(0, 0, 1, 2.0, 0.2, 0.1), step(0, 1, 1, 2.1, 0.3, 0.25),
+    js = metrics.job_steps([step(0, 0, 1, 2.0, 0.2, 0.1), step(0, 1, 1, 2.1, 0.3, 0.25),
                         step(0, 0, 0, 1.0, 0.2, 0.1), step(1, 0, 0, 1.0, 0.4, 0.1)])
     assert [(j["rep"], j["step"], j["step_s"], j["t_s"], j["ranks"]) for j in js] == [
         (0, 0, 0.2, 1.0, 1), (0, 1, 0.3, 2.1, 2), (1, 0, 0.4, 1.0, 1)]
@@ -155,13 +155,13 @@ def test_line_rate_fraction_known_answer():
     steps = [step(0, r, n, 1.0 + n, 0.2, 0.1) for n in range(3) for r in range(2)]
     steps.append(step(0, 0, 3, 10.0, 1.0, 1.0))
     steps.append(step(0, 1, 4, 11.0, 0.2, 0.05, bytes=500_000))
-    windows = res.failure_windows([event("apply", 9.5), event("restore", 9.9)])
-    got = res.line_rate_fraction(steps, windows, bytes_per_step=1_000_000, bottleneck_mbit=100)
+    windows = metrics.failure_windows([event("apply", 9.5), event("restore", 9.9)])
+    got = metrics.line_rate_fraction(steps, windows, bytes_per_step=1_000_000, bottleneck_mbit=100)
     assert got["rounds"] == 7 and got["bytes"] == 6_500_000
     assert got["fraction"] == pytest.approx(6_500_000 * 8 / (0.65 * 100e6))
     assert got["fraction"] == pytest.approx(0.8)
-    assert res.line_rate_fraction(steps, windows)["fraction"] is None  # bytes unknown
-    assert res.line_rate_fraction(steps, windows, 1, None)["fraction"] is None
+    assert metrics.line_rate_fraction(steps, windows)["fraction"] is None  # bytes unknown
+    assert metrics.line_rate_fraction(steps, windows, 1, None)["fraction"] is None
 
 
 def test_tail_inflation_known_answer():
@@ -170,16 +170,16 @@ def test_tail_inflation_known_answer():
     healthy = [step(0, 0, n, 0.2 * (n + 1), 0.2, 0.1) for n in range(10)]
     t0 = 5.0
     burst = [step(0, 0, 10 + k, t0 + 0.2 * (k + 1), 0.2, 0.2 + 0.1 * k) for k in range(10)]
-    windows = res.failure_windows([event("apply", t0, **BURST),
+    windows = metrics.failure_windows([event("apply", t0, **BURST),
                                    event("restore", t0 + 2.0, **BURST)])
-    got = res.tail_inflation(healthy + burst, windows)
+    got = metrics.tail_inflation(healthy + burst, windows)
     assert got["burst_rounds"] == 10 and got["healthy_rounds"] == 10
     assert got["p50_healthy_comm_s"] == pytest.approx(0.1)
     assert got["p99_burst_comm_s"] == pytest.approx(1.091)
     assert got["value"] == pytest.approx(10.91)
-    assert res.tail_inflation(healthy, [])["value"] is None  # no bursts: null
-    link = res.failure_windows([event("apply", t0), event("restore", t0 + 2.0)])
-    assert res.tail_inflation(healthy + burst, link)["value"] is None
+    assert metrics.tail_inflation(healthy, [])["value"] is None  # no bursts: null
+    link = metrics.failure_windows([event("apply", t0), event("restore", t0 + 2.0)])
+    assert metrics.tail_inflation(healthy + burst, link)["value"] is None
 
 
 def test_time_lost_known_answer():
@@ -191,16 +191,16 @@ def test_time_lost_known_answer():
         steps += [step(0, 0, n, t, s, s / 2), step(0, 1, n, t - 0.001, s - 0.01, s / 2)]
     ends = sorted({round(x["t_s"], 9) for x in steps if x["rank"] == 0})
     assert ends[29] == pytest.approx(3.0) and ends[32] == pytest.approx(3.6)
-    windows = res.failure_windows([event("apply", 3.05), event("restore", 3.55)])
-    (lost,) = res.time_lost(steps, windows, rtt_s=0.01)
+    windows = metrics.failure_windows([event("apply", 3.05), event("restore", 3.55)])
+    (lost,) = metrics.time_lost(steps, windows, rtt_s=0.01)
     assert lost["steps"] == 3 and lost["healthy_step_s"] == pytest.approx(0.1)
     assert lost["lost_s"] == pytest.approx(0.3) and lost["lost_rtts"] == pytest.approx(30)
     assert lost["kind"] == "link_down" and lost["what"] == {"kind": "link_down",
                                                           "link": "p0l0-p0s1"}
-    (no_rtt,) = res.time_lost(steps, windows)
+    (no_rtt,) = metrics.time_lost(steps, windows)
     assert no_rtt["lost_rtts"] is None
-    after = res.failure_windows([event("apply", 100.0)])
-    assert res.time_lost(steps, after)[0]["lost_s"] is None  # never overlapped training
+    after = metrics.failure_windows([event("apply", 100.0)])
+    assert metrics.time_lost(steps, after)[0]["lost_s"] is None  # never overlapped training
 
 
 def test_calibration_per_label():
@@ -217,8 +217,8 @@ def test_calibration_per_label():
             t += s
             recs.append(step(0, 0, n, t, s, s / 2, label=label))
         recs += [event("apply", 1.05, label=label), event("restore", 1.1, label=label)]
-    cal = res.calibration(recs, rtt_s=0.02)
-    assert cal["format"] == res.CALIBRATION_FORMAT and cal["experiment"] == "e"
+    cal = metrics.calibration(recs, rtt_s=0.02)
+    assert cal["format"] == metrics.CALIBRATION_FORMAT and cal["experiment"] == "e"
     mrc, rc = cal["variants"]["mrc"], cal["variants"]["rc"]
     assert (mrc["transport"], rc["transport"]) == ("mrc", "rc")
     assert mrc["line_rate"]["fraction"] == pytest.approx(1e6 * 8 / (0.05 * 100e6))
@@ -235,9 +235,9 @@ def test_time_to_accuracy():
     evals = [{"t_s": 3.0, "accuracy": 0.95, "loss": 0.2}, {"t_s": 1.0, "accuracy": 0.5,
                                                             "loss": 1.0},
              {"t_s": 2.0, "accuracy": 0.91, "loss": 0.4}]
-    assert res.time_to_accuracy(evals, 0.9) == 2.0
-    assert res.time_to_accuracy(evals, 0.99) is None
-    assert res.time_to_accuracy(evals, 0.3, key="loss", higher_is_better=False) == 3.0
+    assert metrics.time_to_accuracy(evals, 0.9) == 2.0
+    assert metrics.time_to_accuracy(evals, 0.99) is None
+    assert metrics.time_to_accuracy(evals, 0.3, key="loss", higher_is_better=False) == 3.0
 
 
 # --- plots ---------------------------------------------------------------------------------

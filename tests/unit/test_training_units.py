@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from workloads.fakecomm import FakeCluster
+from workloads.jobstep import StepAggregator
 from workloads.models import build, split_stages
 from workloads.pipeline import PipelineStage
-from workloads.records import StepAggregator, StepRecord
+from workloads.records import StepRecord
 from workloads.runner import worker_configs
 from workloads.summary import summarize
 
@@ -140,9 +141,9 @@ def test_worker_configs_plan_connections_per_transport():
 def test_gradsync_bound_needs_a_norm_and_ignores_a_steady_one():
     """Round 0 has no gradient-norm signal: reliable. A steady norm afterwards never
     looks like a critical regime (no spurious lossless window)."""
+    from workloads.dblpconfig import DblpConfig
     from workloads.gradsync import GradSync
     from workloads.phase import PhaseAwareConfig
-    from workloads.records import DblpConfig
 
     sync = GradSync("transport", 4, comm=None, dblp=DblpConfig(
         policy="phase_aware", phase=PhaseAwareConfig(base=0.1, cap=0.1, critical_epochs=0,
