@@ -55,11 +55,16 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     spec = _spec(args)
     events = None
     if args.timeline:
+        # The timeline's own parser and checks, as for an experiment's timeline; a .py
+        # script runs here (the user asked for a run).
         events = tl.load(args.timeline)
         if events.by_step:
             raise EmuError(f"{args.timeline}: events scheduled by training step (at_step) "
                            "need a training run: use `emu run` with an experiment file")
-        events.validate(spec)  # before anything is built
+        try:
+            events.validate(spec)  # before anything is built
+        except EmuError as e:
+            raise EmuError(f"{args.timeline}: {e}") from None
     with Fabric(spec, name=args.name, progress=_progress, control_plane=args.control_plane,
                 bfd=_bfd(args), delay_backend=args.delay_backend) as fab:
         bt = fab.build_times

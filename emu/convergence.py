@@ -1,74 +1,48 @@
 """How long the ECMP control plane takes to route around a failure.
 
 For each failure, the remote switches that must withdraw a next hop are known
-from the topology (``expected_withdrawals``); ``measure`` waits for all of them
-on netlink and reports the slowest. Local detection (a switch losing light on
-its own port) is immediate and not what this measures: a cut leaf-spine link
-is seen by the other leaves of the plane only through BFD + BGP.
+from the topology: every failure kind says which (its ``expected_withdrawals``,
+emu.failure_kinds.base); ``measure`` waits for all of them on netlink and
+reports the slowest. Local detection (a switch losing light on its own port) is
+immediate and not what this measures: a cut leaf-spine link is seen by the other
+leaves of the plane only through BFD + BGP. A failure that chooses what to break
+when it fires (the busiest uplink) is measured as what it chose: the timeline
+runner hands ``after_apply`` its ``concrete`` failure, as ``measure`` does when
+given the handle ``apply`` returned.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from ipaddress import IPv6Network
 
 from emu import frr
-from emu.failures import Failure, GrayLink, LinkDown, LinkFlap, PlaneDown, SwitchDown
-from topologies import MultiPlaneClos, Role
-from topologies.routing import originated_prefixes
+from emu.failure_kinds import base
+from emu.failure_kinds.base import Failure, Withdrawal
+from topologies import MultiPlaneClos
+
+__all__ = ["Withdrawal", "expected_withdrawals", "measure"]
 
 
-@dataclass(frozen=True)
-class Withdrawal:
-    """``node`` must stop using ``ifname`` for ``prefix``."""
-
-    node: str
-    prefix: IPv6Network
-    ifname: str
-
-
-def expected_withdrawals(spec: MultiPlaneClos, failure: Failure) -> tuple[Withdrawal, ...]:
-    """Remote next hops that a converged control plane removes after ``failure``."""
-    if isinstance(failure, LinkDown | LinkFlap | GrayLink):
-        lk = spec.link(failure.link)
-        if lk.tier == "fabric":  # leaf (a) - spine (b): the other leaves of the plane
-            leaf, spine = spec.node(lk.a.node), spec.node(lk.b.node)
-            return tuple(
-                Withdrawal(other.name, net, f"s{spine.index}")
-                for other in spec.leaf_nodes if other.plane == leaf.plane and other != leaf
-                for net in originated_prefixes(spec, leaf.name))
-        # host (a) - leaf (b): the host's prefix disappears from the plane's other leaves
-        host, leaf = spec.node(lk.a.node), spec.node(lk.b.node)
-        net = next(n for n in originated_prefixes(spec, leaf.name)
-                   if spec.address(host.name) in n)
-        return tuple(Withdrawal(other.name, net, f"s{s}")
-                     for other in spec.leaf_nodes if other.plane == leaf.plane and other != leaf
-                     for s in range(spec.spines))
-    if isinstance(failure, SwitchDown):
-        node = spec.node(failure.switch)
-        if node.role is Role.LEAF:  # its racks' prefixes vanish from the plane
-            return tuple(Withdrawal(other.name, net, f"s{s}")
-                         for other in spec.leaf_nodes if other.plane == node.plane
-                         and other != node
-                         for net in originated_prefixes(spec, node.name)
-                         for s in range(spec.spines))
-        return ()  # a dead spine is seen locally by every leaf (loss of light)
-    if isinstance(failure, PlaneDown):
-        return ()  # no alternative inside the plane; hosts see their NIC go down locally
-    return ()  # rate degradation: routing does not react
+def expected_withdrawals(spec: MultiPlaneClos, failure: Failure,
+                         handle: object = None) -> tuple[Withdrawal, ...]:
+    """Remote next hops that a converged control plane removes after ``failure``
+    (``handle``: what its ``apply`` returned, for a kind that chooses when it fires)."""
+    if handle is not None:
+        failure = base.concrete(failure, handle)
+    return base.expected_withdrawals(failure, spec)
 
 
-def measure(fab, failure: Failure, timeout: float = 10.0) -> dict:
-    """Wait for every expected withdrawal after ``failure`` (just applied).
+def measure(fab, failure: Failure, timeout: float = 10.0, handle: object = None) -> dict:
+    """Wait for every expected withdrawal after ``failure`` (just applied; ``handle``:
+    what its ``apply`` returned).
 
     Returns ``{"convergence_s": slowest, "withdrawals": n}``, or the reason
     there is nothing to measure (static routes, no remote effect, timeout).
     """
     if fab.control_plane != "bgp":
         return {"convergence_s": None, "convergence": "static ECMP: no control plane"}
-    wanted = expected_withdrawals(fab.spec, failure)
+    wanted = expected_withdrawals(fab.spec, failure, handle)
     if not wanted:
         return {"convergence_s": None, "convergence": "no remote route changes expected"}
     t0 = time.monotonic()

@@ -28,7 +28,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -306,6 +306,20 @@ class Fabric:
         """The namespace handle of node ``name`` (validated against the topology)."""
         self.spec.node(name)
         return self.kernels[name]
+
+    def set_ports(self, ports: Sequence[tuple[str, str]], up: bool) -> None:
+        """(node, ifname) ports admin down, or up with what admin-down removed put back:
+        addresses and neighbours everywhere first (a multipath route needs every gateway
+        reachable), then the planned routes through them."""
+        for node, ifname in ports:
+            self.node_kernel(node).set_port_up(ifname, up)
+        if not up:
+            return
+        for node, ifname in ports:
+            self.node_kernel(node).reinstate_port(self.plans[node], ifname)
+        for node in dict.fromkeys(n for n, _ in ports):
+            self.node_kernel(node).reinstall_routes_via(
+                self.plans[node], {i for n, i in ports if n == node})
 
     def netns(self, name: str) -> str:
         """The /run/netns name of node ``name`` (for `ip netns exec`)."""

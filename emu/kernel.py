@@ -175,6 +175,41 @@ class NodeKernel:
             with entered(self.fd):
                 write_sysctl("net.ipv6.conf.all.forwarding", 1)
 
+    # -- run-time changes (failures and impairments) ---------------------------------------
+
+    def set_port_up(self, ifname: str, up: bool) -> None:
+        """Admin state of one interface (down: a cut cable as the kernel sees it)."""
+        self.ipr.link("set", index=self.ifindex[ifname], state="up" if up else "down")
+
+    def reinstate_port(self, plan: NodePlan, ifname: str) -> None:
+        """Put back what admin-down removed from ``ifname``: its address and its permanent
+        neighbour entries (its routes: ``reinstall_routes_via``)."""
+        idx = self.ifindex[ifname]
+        iface = next(i for i in plan.interfaces if i.ifname == ifname)
+        self.ipr.addr("replace", index=idx, address=str(iface.address.ip),
+                      prefixlen=iface.address.network.prefixlen)
+        for n in plan.neighbors:
+            if n.ifname == ifname:
+                self.ipr.neigh("replace", dst=str(n.address), lladdr=n.mac, ifindex=idx,
+                               state=NUD_PERMANENT)
+
+    def reinstall_routes_via(self, plan: NodePlan, ifnames: set[str]) -> None:
+        """Every planned route with a next hop through one of ``ifnames``, again."""
+        for route in plan.routes:
+            if any(nh.ifname in ifnames for nh in route.nexthops):
+                self.install_route(route, replace=True)
+
+    def change_rate(self, ifname: str, spec: LinkSpec, mtu: int) -> None:
+        """The egress of ``ifname`` shaped to ``spec``'s rate (its HTB link and data classes)."""
+        for cls, parent in ((HTB_CLASS, HTB_ROOT), (HTB_DATA, HTB_CLASS)):
+            self.ipr.tc("change-class", "htb", self.ifindex[ifname], cls, parent=parent,
+                        **htb_class(spec, mtu))
+
+    def change_netem(self, ifname: str, delay_ms: float, loss: float, limit: int) -> None:
+        """The netem delay line of ``ifname`` changed (``loss`` a fraction)."""
+        self.ipr.tc("change", "netem", self.ifindex[ifname], FIFO_HANDLE, parent=HTB_DATA,
+                    delay=int(delay_ms * 1000), loss=loss * 100, limit=limit)
+
     def install_route(self, route: Route, replace: bool = False) -> None:
         """Install one planned route (``replace``: overwrite a route of the same destination).
 

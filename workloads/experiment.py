@@ -100,8 +100,11 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
     # at_step = 40                 # instead: after training step 40, before step 41, on
                                    # every rank (an integer in [0, workload.steps - 2]);
                                    # one timeline uses one of the two for every event
-    do = "fail_link"
+    do = "fail_link"               # a verb of emu.timeline, its arguments as keys
     link = "p0l0-p0s1"
+    id = "cut"                     # optional; a later event {do = "restore", id = "cut"}
+                                   # undoes it (or do = "restore", what = "fail_link" and
+                                   # the same arguments)
 
 The default placement (``Experiment.hosts()``) spreads workers over DCs as evenly as
 possible (ranks DC by DC, so a ring or a pipeline crosses the DCI as rarely as possible)
@@ -119,13 +122,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
 import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -134,9 +136,9 @@ from emu.errors import EmuError
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, Role, ScaleAcross, TopologyError
 from topologies.addressing import MAX_SCALEACROSS_DCS
 from topologies.routing import EcmpMode
+from workloads.dblpconfig import POLICIES, DblpConfig
 from workloads.fill import DEFAULT_FILL, FILLS
 from workloads.phase import PhaseAwareConfig
-from workloads.records import POLICIES, DblpConfig
 
 __all__ = [
     "CLOCKS", "COLLECTIVES", "COMPUTE_MODES", "DblpConfig", "Experiment", "FabricConfig", "KINDS",
@@ -229,8 +231,10 @@ class WorkloadConfig:
 class Experiment:
     """A validated experiment. Build things from it with the methods below.
 
-    ``events`` is the failure timeline (already validated against ``fabric_spec()`` and
-    the workload's steps); ``clock`` what their ``at`` counts (wall or modelled
+    ``events`` is the failure timeline (validated against ``fabric_spec()`` and the
+    workload's steps); ``declared_events`` the same as read at validation, or None for a
+    .py timeline that only running can read (``events`` runs it, the first time a run
+    asks); ``clock`` what their ``at`` counts (wall or modelled
     training time); ``timeline_file`` the file it came from, if any; ``source`` the
     experiment file (or what ``parse`` was told). ``document`` is the input dict, kept
     for ``with_overrides``; ``overrides`` the dotted keys ``with_overrides`` changed in
@@ -244,7 +248,7 @@ class Experiment:
     fabric: FabricConfig
     transport: TransportConfig
     workload: WorkloadConfig
-    events: tuple[tl.Event, ...] = ()
+    declared_events: tuple[tl.Event, ...] | None = ()
     clock: str = "wall"
     timeline_file: str | None = None
     source: str = "<dict>"
@@ -260,6 +264,14 @@ class Experiment:
     def fabric_spec(self) -> MultiPlaneClos | ScaleAcross:
         """The MultiPlaneClos (dcs = 1) or ScaleAcross (dcs > 1) to build."""
         return self._spec
+
+    @cached_property
+    def events(self) -> tuple[tl.Event, ...]:
+        """The failure timeline's events (a script timeline runs here, once: see the class
+        docstring)."""
+        if self.declared_events is not None:
+            return self.declared_events
+        return _script_events(self)
 
     def timeline(self) -> tl.Timeline:
         """The failure timeline (possibly empty): by step, or in seconds from training
@@ -472,12 +484,12 @@ def parse(data: Mapping[str, Any], where: str = "<experiment>",
     transport = _transport(top.table("transport", _TRANSPORT), fabric, workload, spec)
     events, timeline_file = _timeline(top, spec, base_dir, workload.steps)
     clock = top.get_str("clock", "wall", CLOCKS)
-    if clock == "modelled" and tl.Timeline(events).by_step:
-        top.fail("clock", "must be 'wall' (the default) when events are scheduled by "
-                 "at_step: the clock only says what `at` counts", clock)
+    if events is not None:  # else checked when the script runs (Experiment.events)
+        _check_clock(clock, tl.Timeline(events), lambda msg: top.fail("clock", msg, clock))
     return Experiment(
         name=name, description=description, seed=seed, repetitions=repetitions,
-        fabric=fabric, transport=transport, workload=workload, events=events, clock=clock,
+        fabric=fabric, transport=transport, workload=workload, declared_events=events,
+        clock=clock,
         timeline_file=timeline_file, source=where,
         base_dir=None if base_dir is None else str(base_dir),
         document=copy.deepcopy(dict(data)))
@@ -680,91 +692,11 @@ def _phase(t: _Table) -> PhaseAwareConfig:
 # The failure timeline: inline [[event]] tables or a file, validated against the fabric
 # --------------------------------------------------------------------------------------
 
-# The type of each argument of the timeline vocabulary (emu.timeline.VOCABULARY); any
-# argument not listed must be a number.
-_ARG_TYPES: dict[str, tuple[str, Callable[[object], bool]]] = {
-    "link": ("a string", lambda v: isinstance(v, str)),
-    "switch": ("a string", lambda v: isinstance(v, str)),
-    "leaf": ("a string", lambda v: isinstance(v, str)),
-    "target": ("a string 'node:ifname'", lambda v: isinstance(v, str)),
-    "plane": ("an integer", lambda v: type(v) is int),
-    "payload": ("an integer", lambda v: type(v) is int),
-    "seed": ("an integer", lambda v: type(v) is int),
-    "mode": ("a string", lambda v: isinstance(v, str)),
-    "sources": ("an array of host names",
-                lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
-}
-_NUMBER = ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)
-           and math.isfinite(v))
-
-
-def _event_args(do: str) -> tuple[list[str], list[str]]:
-    """(all, required) argument names of a timeline verb, from its signature."""
-    params = inspect.signature(tl.VOCABULARY[do]).parameters.values()
-    return ([p.name for p in params],
-            [p.name for p in params if p.default is inspect.Parameter.empty])
-
-
-def _check_events(where: str, raw: object, steps: int) -> list[dict]:
-    if not isinstance(raw, list):
-        raise EmuError(f"{where}: event is invalid: must be an array of tables ([[event]]), "
-                       f"not {_type_name(raw)}")
-    verbs = sorted(tl.VOCABULARY)
-    for i, ev in enumerate(raw):
-        path = f"event[{i}]"
-        if not isinstance(ev, Mapping):
-            raise EmuError(f"{where}: {path} is invalid: must be a table, not {_type_name(ev)}")
-        if "at" in ev and "at_step" in ev:
-            raise EmuError(f"{where}: {path}.at_step is not allowed together with {path}.at "
-                           "(an event fires at a time or after a step: give one)")
-        when = "at_step" if "at_step" in ev else "at"
-        for k in (when, "do"):
-            if k not in ev:
-                raise EmuError(f"{where}: {path}.{k} is required (every event has `at`, "
-                               "seconds from training start, or `at_step`, the training "
-                               "step after which it fires, and `do`)")
-        if when == "at":
-            at = ev["at"]
-            if not _NUMBER[1](at) or at < 0:
-                raise EmuError(f"{where}: {path}.at = {at!r} is invalid: must be a number "
-                               ">= 0 (seconds from training start)")
-        else:
-            k = ev["at_step"]
-            if type(k) is not int or k < 0:
-                raise EmuError(f"{where}: {path}.at_step = {k!r} is invalid: must be an "
-                               "integer >= 0 (the training step after which it fires)")
-            if k > steps - 2:
-                raise EmuError(f"{where}: {path}.at_step = {k!r} is invalid: "
-                               f"{tl.step_range_rule(steps)} (workload.steps = {steps})")
-        do = ev["do"]
-        keys = [when, "do"]
-        if do == "restore":
-            keys.append("what")
-            do = ev.get("what")
-            if do not in tl.VOCABULARY:
-                raise EmuError(f"{where}: {path}.what = {do!r} is invalid: must be one of "
-                               f"{', '.join(verbs)} (the failure to restore)")
-        elif do not in tl.VOCABULARY:
-            raise EmuError(f"{where}: {path}.do = {do!r} is invalid: must be one of "
-                           f"{', '.join(verbs)}, or 'restore' with what = ...")
-        args, required = _event_args(do)
-        for k in ev:
-            if k not in keys and k not in args:
-                raise EmuError(f"{where}: unknown key {path + '.' + k!r} for {do}; valid keys: "
-                               f"{', '.join(keys + args)}")
-        for k in required:
-            if k not in ev:
-                raise EmuError(f"{where}: {path}.{k} is required for {do}")
-        for k in args:
-            if k in ev:
-                what, ok = _ARG_TYPES.get(k, _NUMBER)
-                if not ok(ev[k]):
-                    raise EmuError(f"{where}: {path}.{k} = {ev[k]!r} is invalid: must be {what}")
-    return [dict(ev) for ev in raw]
-
-
 def _timeline(top: _Table, spec: MultiPlaneClos | ScaleAcross, base_dir: str | Path | None,
-              steps: int) -> tuple[tuple[tl.Event, ...], str | None]:
+              steps: int) -> tuple[tuple[tl.Event, ...] | None, str | None]:
+    """(the events, the timeline file). The events are None for a .py timeline that only
+    running it can read (it does more than declare events): validating never runs a
+    script; ``Experiment.events`` runs it when a run asks for the events."""
     where = top.where
     if top.has("timeline") and top.has("event"):
         top.fail("timeline", "not allowed together with [[event]] tables (give the timeline "
@@ -774,28 +706,52 @@ def _timeline(top: _Table, spec: MultiPlaneClos | ScaleAcross, base_dir: str | P
         path = _find(top, file, base_dir)
         context = f"{where}: timeline = {file!r}"
         try:
-            timeline = tl.load(path)
+            timeline = tl.load(path, run_scripts=False)
+        except tl.NeedsRun:
+            return None, str(path.resolve())
         except EmuError as e:
             raise EmuError(f"{context}: {e}") from None
-        except Exception as e:  # noqa: BLE001 - a .py timeline is user code: report, don't crash
-            raise EmuError(f"{context}: {type(e).__name__}: {e}") from None
     else:
-        raw = _check_events(where, top.data.get("event", []), steps)
+        # The timeline's own parser: inline events and timeline files mean the same.
+        timeline = tl.parse_events(top.data.get("event", []), where, steps, "workload.steps")
         context = f"{where}: [[event]]"
-        try:
-            # The timeline loader's own TOML path, so both spellings mean the same events.
-            timeline = tl._from_toml({"event": raw}, where)
-        except EmuError as e:
-            raise EmuError(f"{context}: {e}") from None
-        except (TypeError, ValueError) as e:  # a failure's constructor refused a value
-            raise EmuError(f"{context}: {e}") from None
+    _check_timeline(context, timeline, spec, steps)
+    return timeline.events, (str(path.resolve()) if file is not None else None)
+
+
+def _check_timeline(context: str, timeline: tl.Timeline, spec: MultiPlaneClos | ScaleAcross,
+                    steps: int) -> None:
     # Each failure first, so an error names its event; then times (steps against the
     # workload's), pairing and overlaps.
     for i, ev in enumerate(timeline.events):
         f = ev.action.failure if isinstance(ev.action, tl.Restore) else ev.action
-        _validate(f"{context}: event[{i}] ({f.describe().get('kind')})", f.validate, spec)
+        _validate(f"{context}: event[{i}] ({f.describe().get('kind')})",
+                  partial(tl.check_failure, f), spec)
     _validate(context, lambda s: timeline.validate(s, steps), spec)
-    return timeline.events, (str(path.resolve()) if file is not None else None)
+
+
+def _check_clock(clock: str, timeline: tl.Timeline, fail: Callable[[str], NoReturn]) -> None:
+    if clock == "modelled" and timeline.by_step:
+        fail("must be 'wall' (the default) when events are scheduled by at_step: the clock "
+             "only says what `at` counts")
+
+
+def _script_events(exp: Experiment) -> tuple[tl.Event, ...]:
+    """Run the experiment's .py timeline (a run asked for its events) and check them as
+    validation checks declared ones."""
+    assert exp.timeline_file is not None  # only a script timeline is left unread
+    context = f"{exp.source}: timeline = {exp.timeline_file!r}"
+    try:
+        timeline = tl.load(exp.timeline_file)
+    except EmuError as e:
+        raise EmuError(f"{context}: {e}") from None
+    _check_timeline(context, timeline, exp.fabric_spec(), exp.workload.steps)
+
+    def fail(msg: str) -> NoReturn:
+        raise EmuError(f"{exp.source}: clock = {exp.clock!r} is invalid: {msg}")
+
+    _check_clock(exp.clock, timeline, fail)
+    return timeline.events
 
 
 def _validate(context: str, check: Callable[[Any], None],
