@@ -43,18 +43,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from ipaddress import IPv6Network
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from emu.errors import EmuError
 from emu.netns import entered
-from topologies import MultiPlaneClos, Role
+from topologies import MultiPlaneClos, Role, ScaleAcross
 from topologies.routing import NodePlan, originated_prefixes
 
 if TYPE_CHECKING:
-    from emu.fabric import Fabric
     from emu.kernel import NodeKernel
 
 log = logging.getLogger(__name__)
+
+
+class Fabric(Protocol):
+    """What the convergence probes read of a running fabric (emu/fabric.py's ``Fabric``)."""
+
+    @property
+    def spec(self) -> MultiPlaneClos | ScaleAcross: ...
+
+    def node_kernel(self, name: str) -> NodeKernel: ...
 
 FRR_DIR = Path("/usr/lib/frr")
 DAEMONS = ("zebra", "bfdd", "bgpd")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from transports import wire
 from transports.api import Completion, Tx
@@ -37,8 +37,15 @@ from transports.pathsel import DELAY, GOOD, PathSelector
 from transports.spurious import RetxLedger
 from transports.wire import FLAG_ACK_REQ, FLAG_LAST, FLAG_RETX, HEADER_LEN, pack_header
 
-if TYPE_CHECKING:
-    from transports.lossdetect import LossDetector
+
+class LossHooks(Protocol):
+    """What the sender tells its loss detector (transports/lossdetect.py)."""
+
+    def on_sent(self, p: SentPacket, now: float) -> None:
+        """``p`` just left on ``p.ev``."""
+
+    def first_copy_acked(self, p: SentPacket, now: float) -> None:
+        """A first transmission was acknowledged."""
 
 
 class SendPolicy(Protocol):
@@ -67,7 +74,7 @@ class Sender:
         self.cc, self.sel, self.paths, self.ledger = cc, sel, paths, ledger
         self.state = paths.state  # (the same list)
         self.nic_of = list(nic_of) if nic_of is not None else None
-        self.loss: LossDetector  # set by the core once both exist
+        self.loss: LossHooks  # the core's LossDetector, set once both exist
         self.policy: SendPolicy | None = None
         self.snd_una = 0
         self.snd_nxt = 0
