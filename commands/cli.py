@@ -15,6 +15,8 @@ from explorer.command import configure_parser as configure_explore
 from explorer.spec import SpecError
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross, TopologyError
 
+_DCI = DciSpec()  # the DCI defaults `emu fabric` offers are DciSpec's own
+
 
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
@@ -175,6 +177,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         variants = [(n, {"transport.name": n}) for n in names]
         for _, ov in variants:  # validate every variant before anything is built
             experiment.with_overrides(exp, ov)
+    # A Python timeline that does more than declare events runs here, as root, the first
+    # time its events are asked for: now, so its errors come before anything is built.
+    _ = exp.events
     out = _out_dir(args, exp.name)
     _progress(f"emu run {args.file}: results in {out}/")
     run_experiment(exp, out, say=_progress, variants=variants)
@@ -258,9 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="egress FIFO depth in packets")
     f.add_argument("--name", default="emu", help="fabric name (netns names sae-NAME-...)")
     f.add_argument("--dcs", type=int, default=1, help="data centers joined by DCI links")
-    f.add_argument("--dci-rate", type=float, default=100.0, help="DCI link rate, Mbit/s")
-    f.add_argument("--dci-delay-ms", type=float, default=5.0, help="DCI one-way delay, ms")
-    f.add_argument("--dci-loss", type=float, default=0.0, help="DCI random loss fraction")
+    f.add_argument("--dci-rate", type=float, default=_DCI.rate_mbit, help="DCI link rate, Mbit/s")
+    f.add_argument("--dci-delay-ms", type=float, default=_DCI.delay_ms,
+                   help="DCI one-way delay, ms (default %(default)g: DciSpec's)")
+    f.add_argument("--dci-loss", type=float, default=_DCI.loss, help="DCI random loss fraction")
     f.add_argument("--delay-backend", choices=("auto", "netem", "userspace"), default="auto",
                    help="DCI delay: netem if the kernel has it (auto), or a TAP relay")
     f.add_argument("--control-plane", choices=("static", "bgp"), default="static",
@@ -289,7 +295,15 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_demo)
 
     r = sub.add_parser("run", help="run an experiment file (TOML): train on a fabric with a "
-                       "failure timeline; JSONL/CSV/PNG results")
+                       "failure timeline; JSONL/CSV/PNG results",
+                       description="Run an experiment file (TOML; every key is documented in "
+                       "workloads/experiment/__init__.py): build its fabric, train with one "
+                       "worker per host, fire its failure timeline, write results. Everything "
+                       "in the file is validated before anything is built. A Python timeline "
+                       "(timeline = \"x.py\") is code: one that only declares events is read "
+                       "without running it, any other runs as root when the run starts, "
+                       "before the fabric is built, with everything root can do. Name only "
+                       "scripts you trust.")
     r.add_argument("file", help="experiment file, e.g. experiments/training/demo_digits.toml")
     r.add_argument("--out", help="results directory (default results/NAME-TIMESTAMP)")
     r.add_argument("--set", action="append", metavar="KEY=VALUE",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from emu.burst_sender import HEADER
 from emu.errors import EmuError
+from topologies import validate
 
 MODES = ("any", "drop", "delay_only")
 
@@ -16,19 +17,16 @@ class MicroburstError(EmuError, ValueError):
     """An invalid microburst description, or one the fabric cannot carry."""
 
 
-def check_number(name: str, value: object, lo: float, *, lo_open: bool = True,
-                 hi: float | None = None) -> float:
-    """``value`` as a float if it is a finite number above ``lo`` (and <= ``hi``), else
-    MicroburstError naming it and the valid range."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok:
-        v = float(value)  # type: ignore[arg-type]
-        ok = math.isfinite(v) and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
-    if not ok:
-        low = f"> {lo:g}" if lo_open else f">= {lo:g}"
-        rng = low if hi is None else f"{low} and <= {hi:g}"
-        raise MicroburstError(f"{name}={value!r} is invalid: must be a finite number {rng}")
-    return float(value)  # type: ignore[arg-type]
+def check_number(name: str, value: object, lo: float, *, lo_open: bool = True) -> float:
+    """``value`` as a float if it is a finite number above ``lo`` (or at least ``lo``
+    with ``lo_open=False``), else MicroburstError naming it and the valid range.
+
+    The check and its wording are topologies.validate's; only the error type is the
+    burst's own, so a bad burst stays a MicroburstError."""
+    try:
+        return validate.check_number(name, value, lo, lo_open=lo_open)
+    except validate.InvalidValue as e:
+        raise MicroburstError(str(e)) from None
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,8 @@ def _scaleacross(
     spines: int = 4,
     leaves: int = 4,
     hosts_per_leaf: int = 4,
-    dci_mbit: float = 100.0,
-    delay_ms: float = 1.0,
+    dci_mbit: float = _sa.DciSpec().rate_mbit,
+    delay_ms: float = _sa.DEFAULT_DCI_DELAY_MS,
 ) -> MultiPlaneClosTopo:
     """``--topo scaleacross,dcs,planes,spines,leaves,hosts_per_leaf[,dci_mbit,delay_ms]``:
     ``dcs`` equal DCs joined by DCI routers, Linux routers as switches."""

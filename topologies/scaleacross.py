@@ -34,16 +34,23 @@ from topologies.roles import Role
 if TYPE_CHECKING:
     from topologies.paths import Path
 
-__all__ = ["DciSpec", "ScaleAcross"]
+__all__ = ["DEFAULT_DCI_DELAY_MS", "DciSpec", "ScaleAcross"]
+
+
+# The DCI's one-way delay when nobody says otherwise: 5 ms (about 1000 km of fibre), the
+# value the experiment files, `emu fabric` and the demos and benches were measured with.
+# DciSpec owns it; the command line, experiment files and the Mininet export read it here.
+DEFAULT_DCI_DELAY_MS = 5.0
 
 
 @dataclass(frozen=True)
 class DciSpec:
-    """Parameters of the inter-DC (DCI) links.
+    """Parameters of the inter-DC (DCI) links; the one owner of their defaults.
 
-    ``rate_mbit`` is the emulated rate and ``nominal_gbit`` the real rate it
-    stands for; ``queue_packets`` the egress FIFO depth; ``delay_ms`` the
-    one-way propagation delay in [0, 1000]; ``loss`` a per-packet loss
+    ``rate_mbit`` is the emulated rate (default 100, the fabric's default link
+    rate) and ``nominal_gbit`` the real rate it stands for; ``queue_packets``
+    the egress FIFO depth; ``delay_ms`` the one-way propagation delay in
+    [0, 1000] (default ``DEFAULT_DCI_DELAY_MS``); ``loss`` a per-packet loss
     probability in [0, 1].
 
     ``oversubscription`` (>= 1) is the ratio of one DC's nominal leaf->spine
@@ -52,9 +59,9 @@ class DciSpec:
     it.  See :meth:`ScaleAcross.dci_nominal_gbit`.
     """
 
-    rate_mbit: float
+    rate_mbit: float = 100.0
     queue_packets: int = 200
-    delay_ms: float = 1.0
+    delay_ms: float = DEFAULT_DCI_DELAY_MS
     loss: float = 0.0
     oversubscription: float = 1.0
     nominal_gbit: float = 400.0

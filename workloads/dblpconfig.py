@@ -1,6 +1,6 @@
 """DBLP's settings: the experiment's ``[transport.dblp]`` table, resolved and validated.
 
-Defined apart from the experiment file (workloads/experiment.py reads the table into a
+Defined apart from the experiment file (workloads/experiment/ reads the table into a
 ``DblpConfig``) and from the worker (workloads/gradsync.py builds each rank's tolerance
 policy from it) because both sides use it, and it crosses the process boundary inside
 ``WorkerConfig`` (workloads/records.py).
