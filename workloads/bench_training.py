@@ -34,9 +34,11 @@ from typing import Any
 from emu.errors import require_root
 from emu.fabric import Fabric
 from workloads import experiment
+from workloads.overruns import overrun_stats, refuse_overruns
 from workloads.results import ResultsWriter, read_jsonl
-from workloads.runner import Variant, measure_rtt, overrun_stats, refuse_overruns, run_variants
+from workloads.runner import measure_rtt
 from workloads.summary import aggregate, beyond_spread, spread_cell, summarize_workload
+from workloads.variants import Variant, run_variants
 
 FABRIC = {"planes": 2, "spines": 4, "leaves": 4, "hosts_per_leaf": 4, "rate_mbit": 100.0,
           "queue_packets": 100, "control_plane": "bgp"}

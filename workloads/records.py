@@ -1,10 +1,10 @@
 """Records that cross the runner/worker process boundary: one frozen dataclass each.
 
-The runner (workloads/runner.py) and a training worker (workloads/worker.py) talk
-in JSON lines, one record per line, each with a ``type`` tag. Every record is
-defined here once and serialised in one place only (workloads/recordcodec.py:
-``encode``, ``decode``): nothing is built as a dict on one side and read back by
-string keys on the other.
+The runner (workloads/training_run.py, workloads/worker_job.py) and a training worker
+(workloads/worker.py) talk in JSON lines, one record per line, each with a ``type`` tag.
+Every record is defined here once and serialised in one place only
+(workloads/recordcodec.py: ``encode``, ``decode``): nothing is built as a dict on one
+side and read back by string keys on the other.
 
 Runner to worker (the worker's stdin):
 

@@ -4,7 +4,7 @@
 
 Protocol (the emulator's child protocol, emu.childproto, with the records of
 workloads/records.py; started by emu.launch, dies with the runner): line 1 of stdin is the
-worker's ``config`` (a WorkerConfig, written by workloads/runner.py); the worker
+worker's ``config`` (a WorkerConfig, written by workloads/rank_configs.py); the worker
 sets up (model, data, process group, transport endpoint), prints ``ready`` and
 reads ``start``, the CLOCK_MONOTONIC instant (shared by every process of the
 machine) at which all workers start step 0. Records go to stdout as they happen:

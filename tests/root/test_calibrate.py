@@ -9,7 +9,8 @@ import pytest
 from emu.kernel import htb_class
 from topologies import LinkSpec, MultiPlaneClos
 from workloads import calibration as cal
-from workloads.calibrate import Calibration, Plan
+from workloads.calibrate import Calibration
+from workloads.calibration_plan import Plan
 
 pytestmark = pytest.mark.root
 

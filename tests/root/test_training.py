@@ -22,8 +22,8 @@ from topologies import MultiPlaneClos
 from workloads import experiment
 from workloads.collective_check import check_collectives, inputs
 from workloads.results import ResultsWriter, read_jsonl
-from workloads.runner import run_on_fabric
 from workloads.schedule import lr_at_step
+from workloads.training_run import run_on_fabric
 
 pytestmark = pytest.mark.root
 
@@ -141,7 +141,7 @@ def test_dblp_training_reports_its_rounds(fab, tmp_path):
 
 
 def test_a_crashing_worker_ends_the_run_with_its_traceback(fab, tmp_path, monkeypatch):
-    import workloads.runner as runner
+    import workloads.training_run as runner  # the module run_on_fabric looks it up in
 
     orig = runner.worker_configs
 

@@ -10,8 +10,8 @@ from workloads.fakecomm import FakeCluster
 from workloads.jobstep import StepAggregator
 from workloads.models import build, split_stages
 from workloads.pipeline import PipelineStage
+from workloads.rank_configs import worker_configs
 from workloads.records import StepRecord
-from workloads.runner import worker_configs
 from workloads.summary import summarize
 
 
