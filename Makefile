@@ -5,7 +5,7 @@ VENV := .venv
 EMU  := $(VENV)/bin/emu
 PY   := $(VENV)/bin/python
 
-.PHONY: setup demo test unit bench clean lint venv
+.PHONY: setup demo test unit bench clean lint venv soak
 
 setup:
 	bash scripts/setup.sh
@@ -21,6 +21,12 @@ bench: setup
 
 clean: setup
 	$(EMU) clean
+
+# The soak alone, longer than in `make test` (tests/root/test_soak.py: MRC and DBLP
+# streams under a flapping and a gray link; nothing lost, every driver's memory flat).
+SOAK_S ?= 300
+soak: setup
+	SAE_SOAK_S=$(SOAK_S) $(PY) -m pytest -q -p no:cacheprovider tests/root/test_soak.py
 
 # The fast loop: no root, no set-up step, no fabric.
 venv:

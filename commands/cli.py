@@ -206,6 +206,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         res = bench_transport(say=_progress, quick=args.quick)
         res["allreduce"] = bench_allreduce_fabric(say=_progress, quick=args.quick)
+    elif args.bench == "robustness":
+        from transports.bench_robustness import bench_robustness
+
+        res = bench_robustness(say=_progress, quick=args.quick)
     elif args.bench == "explorer":
         from explorer.bench import bench_explorer
 
@@ -329,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench("training", "digits CNN over MRC, RC and gloo: healthy, link cut, microbursts; "
           "DBLP vs MRC time to target loss under bursts", "fewer steps").add_argument(
         "--out", help="results directory (default results/bench-training-TIME)")
+    bench("robustness", "hostile datagrams a receiver absorbs while a transfer keeps 90 % "
+          "of its goodput, drivers' memory under a flapping and a gray link, the largest "
+          "fabric this machine builds", "fewer kinds, rates and sizes")
     bench("explorer", "the explorer: search speed on the reference space, speed-ups over "
           "baselines on a grid, validation errors (no root)", "fewer axis values, no points "
           "file, a corner of the grid")

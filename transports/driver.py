@@ -16,6 +16,25 @@ plan; the driver sets up, says ``ready``, reads the ``start`` record (the
 CLOCK_MONOTONIC instant at which all drivers post their sends) and ends with one
 ``result`` record on stdout.
 
+The driver samples its own resident memory (``/proc/self/statm``) every
+``RSS_EVERY_S`` in its loop (never per packet) and reports it as ``rss``: (seconds
+from the start, bytes) pairs, resolution halved whenever ``RSS_MAX_SAMPLES`` are kept.
+
+**Streams** (``plan["streams"]``, for soak runs): instead of listing every message,
+an entry ``{"conn", "kind": "send" | "recv", "size", "msg0", "seeds", "window",
+"bound", "until_s"}`` keeps ``window`` messages of ``size`` bytes in flight on its
+connection, ids ``msg0``, ``msg0 + 1``, ...; message k carries the bytes of
+``seeds[k % len(seeds)]`` (generated once, before the start; the receiver keeps
+their SHA-256 and checks every message, bytes missing from a bounded DBLP round
+aside, then clears and reuses its ``window`` buffers: nothing grows with the number
+of messages). A send stream posts no message after ``until_s`` from the start, says
+``{"type": "sent"}`` once its last one completed, and is done; receive streams
+keep a receive posted until the parent closes the driver's stdin (it does once
+every sender said ``sent``). Each stream reports counts (posted, ok, failed, bytes,
+bytes not exact, rounds outside their loss bound, ...) and the ids still open at
+the end, never a record per message. ``plan["timeline_s"]`` sets the goodput
+timeline's sampling period (default 0.01 s; a soak of minutes wants seconds).
+
     python -m transports.driver   (started by emu.launch; plan on stdin)
 """
 
@@ -45,6 +64,40 @@ SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
 PAGE = 4096
 RX_BATCH = 64  # datagrams read per wake-up before timers are served
 MAX_INTERNAL_ERRORS = 5  # tracebacks kept of a core raising on a datagram
+RSS_EVERY_S = 0.5  # the driver samples its resident memory this often (in its loop)
+RSS_MAX_SAMPLES = 2048  # then every other sample is dropped and the period doubled
+TIMELINE_S = 0.01  # goodput timeline's default sampling period
+MAX_STREAM_ERRORS = 5  # error strings a stream keeps (the rest are counted)
+SENT = "sent"  # the record a driver writes once all its send streams are done
+
+
+class RssSampler:
+    """This process's resident set size, sampled at most every ``every_s`` (from the
+    driver's loop: a ``pread`` of /proc/self/statm, about 10 us)."""
+
+    def __init__(self, every_s: float = RSS_EVERY_S, cap: int = RSS_MAX_SAMPLES) -> None:
+        self.fd = os.open("/proc/self/statm", os.O_RDONLY)
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.every, self.cap = every_s, cap
+        self.samples: list[tuple[float, int]] = []
+        self.next = 0.0
+
+    def read(self) -> int:
+        """Resident bytes now (statm's second field is resident pages)."""
+        return int(os.pread(self.fd, 256, 0).split()[1]) * self.page
+
+    def sample(self, now: float, t0: float, force: bool = False) -> None:
+        """Record one sample if one is due (or ``force``)."""
+        if now < self.next and not force:
+            return
+        self.samples.append((round(now - t0, 3), self.read()))
+        self.next = now + self.every
+        if len(self.samples) >= self.cap:  # bounded: halve the resolution
+            del self.samples[1::2]
+            self.every *= 2
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def _bound(item: dict) -> dict:
@@ -169,7 +222,169 @@ class HostSockets:
             s.close()
 
 
+# The containers of a core whose size a soak watches (attribute paths; a core without
+# one is skipped): each is bounded by the core, or emptied as messages complete.
+STATE_SIZES = {"blame": ("loss", "blame"), "tail_probes": ("loss", "tail_probes"),
+               "ev_log": ("paths", "events"), "inflight": ("snd", "inflight"),
+               "out_msgs": ("snd", "out_msgs"), "recv_msgs": ("reasm", "msgs"),
+               "retx_ledger": ("ledger",), "dblp_tx": ("bsend", "tx"),
+               "dblp_rx": ("brecv", "rx"), "dblp_closed": ("brecv", "closed")}
 
+
+def state_sizes(core: object) -> dict[str, int]:
+    """How many entries each of a core's watched containers holds now."""
+    out = {}
+    for name, path in STATE_SIZES.items():
+        obj: object = core
+        for attr in path:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        if obj is not None:
+            try:
+                out[name] = len(obj)  # type: ignore[arg-type]
+            except TypeError:
+                pass
+    return out
+
+
+class SendStream:
+    """A send stream of the plan: ``window`` messages in flight until ``until_s``."""
+
+    def __init__(self, spec: dict, conn: Conn) -> None:
+        self.conn = conn
+        self.msg0, self.size = int(spec["msg0"]), int(spec["size"])
+        self.window = int(spec.get("window", 1))
+        self.until_s = float(spec["until_s"])
+        self.bound = _bound(spec)
+        self.payloads = [message_bytes(seed, self.size) for seed in spec["seeds"]]
+        self.next = 0  # messages posted
+        self.posted_at: dict[int, float] = {}  # in flight: at most ``window``
+        self.ok = self.failed = self.bytes = 0
+        self.slowest_s = 0.0  # longest time a message took (post to completion)
+        self.errors: list[str] = []
+        self.finished = False
+
+    def owns(self, msg: int) -> bool:
+        return self.msg0 <= msg < self.msg0 + self.next
+
+    def fill(self, now: float, t0: float, send) -> None:
+        """Post messages while the window has room and ``until_s`` has not passed (nor
+        a message failed: a failed connection would fail every later one at once)."""
+        if self.failed or now - t0 >= self.until_s:
+            self.finished = not self.posted_at
+            return
+        core, n = self.conn.core, len(self.payloads)
+        while len(self.posted_at) < self.window:
+            msg = self.msg0 + self.next
+            self.next += 1
+            self.posted_at[msg] = now
+            send(self.conn, core.post_send(msg, self.payloads[(msg - self.msg0) % n], now,
+                                           **self.bound))
+
+    def complete(self, comp: Completion) -> None:
+        self.slowest_s = max(self.slowest_s, comp.t - self.posted_at.pop(comp.msg, comp.t))
+        if comp.ok:
+            self.ok += 1
+            self.bytes += comp.nbytes
+        else:
+            self.failed += 1
+            if len(self.errors) < MAX_STREAM_ERRORS:
+                self.errors.append(f"message {comp.msg}: {comp.error}")
+
+    def report(self) -> dict:
+        return {"conn": self.conn.core.conn, "kind": "send", "msg0": self.msg0,
+                "size": self.size, "posted": self.next, "ok": self.ok,
+                "failed": self.failed, "bytes": self.bytes,
+                "open": sorted(self.posted_at), "slowest_s": round(self.slowest_s, 4),
+                "errors": self.errors}
+
+class RecvStream:
+    """A receive stream of the plan: ``window`` receives posted, each checked on
+    completion against the SHA-256 of its seed's bytes, its buffer then cleared and
+    reused."""
+
+    def __init__(self, spec: dict, conn: Conn, chunk: int) -> None:
+        self.conn = conn
+        self.msg0, self.size = int(spec["msg0"]), int(spec["size"])
+        self.bound = _bound(spec)
+        self.tolerance = float((spec.get("bound") or {}).get("tolerance", 0.0))
+        self.chunk = chunk
+        self.refs = [message_bytes(seed, self.size) for seed in spec["seeds"]]
+        self.digests = [hashlib.sha256(r).digest() for r in self.refs]
+        self.zeros = bytes(self.size)
+        self.free = [bytearray(self.size) for _ in range(int(spec.get("window", 1)))]
+        for buf in self.free:  # faulted in now, not during the run
+            buf[::PAGE] = bytes(len(range(0, len(buf), PAGE)))
+        self.posted: dict[int, bytearray] = {}
+        self.next = 0
+        self.ok = self.failed = self.bytes = self.not_exact = 0
+        self.missing_chunks = self.deadline_rounds = self.outside_bound = 0
+        self.delivered_min = 1.0
+        self.errors: list[str] = []
+
+    def owns(self, msg: int) -> bool:
+        return self.msg0 <= msg < self.msg0 + self.next
+
+    def fill(self, now: float, send) -> None:
+        """Post a receive into every free buffer (none once a receive failed)."""
+        core = self.conn.core
+        while self.free and not self.failed:
+            buf = self.free.pop()
+            msg = self.msg0 + self.next
+            self.next += 1
+            self.posted[msg] = buf
+            send(self.conn, core.post_recv(msg, buf, now, **self.bound))
+
+    def complete(self, comp: Completion) -> None:
+        """Count and check one completed receive; its buffer is free again."""
+        buf = self.posted.pop(comp.msg, None)
+        if buf is None:  # a second completion of one message: a core's bug, not a loss
+            self.failed += 1
+            if len(self.errors) < MAX_STREAM_ERRORS:
+                self.errors.append(f"message {comp.msg}: completed twice")
+            return
+        if not comp.ok:
+            self.failed += 1
+            if len(self.errors) < MAX_STREAM_ERRORS:
+                self.errors.append(f"message {comp.msg}: {comp.error}")
+        else:
+            self.ok += 1
+            self.bytes += comp.nbytes
+            k = (comp.msg - self.msg0) % len(self.refs)
+            missing = getattr(comp, "missing", ()) or ()
+            if missing:
+                self.missing_chunks += len(missing)
+                exact = self._placed_exact(buf, self.refs[k], set(missing))
+            else:
+                exact = hashlib.sha256(buf).digest() == self.digests[k]
+            if not exact:
+                self.not_exact += 1
+                if len(self.errors) < MAX_STREAM_ERRORS:
+                    self.errors.append(f"message {comp.msg}: bytes differ")
+            delivered = getattr(comp, "delivered", 1.0)
+            self.delivered_min = min(self.delivered_min, delivered)
+            deadline = bool(getattr(comp, "deadline", False))
+            self.deadline_rounds += deadline
+            if delivered < 1.0 - self.tolerance - 1e-9 and not deadline:
+                self.outside_bound += 1
+        buf[:] = self.zeros
+        self.free.append(buf)
+
+    def _placed_exact(self, buf: bytearray, ref: bytes, missing: set[int]) -> bool:
+        """Every chunk that was placed (all but ``missing``) equals the reference."""
+        got, want, c = memoryview(buf), memoryview(ref), self.chunk
+        return all(got[i:i + c] == want[i:i + c]
+                   for i in range(0, self.size, c) if i // c not in missing)
+
+    def report(self) -> dict:
+        return {"conn": self.conn.core.conn, "kind": "recv", "msg0": self.msg0,
+                "size": self.size, "posted": self.next, "ok": self.ok,
+                "failed": self.failed, "bytes": self.bytes, "not_exact": self.not_exact,
+                "missing_chunks": self.missing_chunks, "deadline_rounds": self.deadline_rounds,
+                "outside_bound": self.outside_bound,
+                "delivered_min": round(self.delivered_min, 6), "open": sorted(self.posted),
+                "errors": self.errors}
 
 
 class Driver:
@@ -191,6 +406,18 @@ class Driver:
                              c.get("nics"))
             self.conns[c["conn"]] = self.socks.conn({"src_addr": self.addr, **c}, core)
         self._send = self.socks.send
+        # streams (soak runs), by (connection, "send" | "recv"): payloads made now
+        self.streams: dict[tuple[int, str], SendStream | RecvStream] = {}
+        chunk = plan.get("config", {}).get("mtu_payload", 8000)
+        for st in plan.get("streams", []):
+            key = (st["conn"], st["kind"])
+            if key in self.streams or st["kind"] not in ("send", "recv"):
+                raise SystemExit(f"stream {key}: one send and one recv stream per connection")
+            conn = self.conns[st["conn"]]
+            self.streams[key] = (SendStream(st, conn) if st["kind"] == "send"
+                                 else RecvStream(st, conn, chunk))
+        self.stopping = False  # stdin ended: receive streams post no more
+        self.ev_changes: dict[int, int] = {}  # EV state changes drained, per connection
 
     def run(self) -> dict:
         """Post every receive and send of the plan, loop until all complete or the deadline."""
@@ -222,22 +449,38 @@ class Driver:
             expect[(s["conn"], s["msg"], "send")] = s
             pending += 1
         self.posted: dict[int, float] = {}
+        sends = [st for st in self.streams.values() if isinstance(st, SendStream)]
+        recvs = [st for st in self.streams.values() if isinstance(st, RecvStream)]
+        rss = RssSampler()
         t0 = wait_for_start()
         # The transport's CPU: the loop from the start on, less checking the received
         # bytes (generating messages is before it).
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+        for r in recvs:
+            r.fill(t0, self._send)
         for s, data in first:
             self._post_send(s, data, t0, t0)
+        for st in sends:
+            st.fill(t0, t0, self._send)
+        sending = len(sends)  # send streams not finished
         done: list[dict] = []
         timeline: list[tuple[float, int]] = []  # (t, bytes placed so far) for goodput
         placed = 0
         next_sample = t0
+        timeline_s = self.plan.get("timeline_s", TIMELINE_S)
         rx = self.rx
-        while pending and time.monotonic() < deadline:
+        # Receive streams end when the parent closes stdin: watched with the socket.
+        stdin = sys.stdin.fileno() if recvs else -1
+        rlist: list = [rx, stdin] if recvs else [rx]
+        while ((pending or sending or (recvs and not self.stopping))
+               and time.monotonic() < deadline):
             now = time.monotonic()
             wake = self.socks.next_wake(self.conns, now + 0.05)
-            select.select([rx], [], [], max(0.0, min(wake, deadline) - now))
+            ready, _, _ = select.select(rlist, [], [], max(0.0, min(wake, deadline) - now))
             self.wakeups += 1
+            if stdin in ready and self._stdin_ended(stdin):
+                self.stopping = True
+                rlist = [rx]
             self.socks.woke(wake, time.monotonic(), self.conns)
             # drained whether or not select saw it: a datagram that arrived while this
             # process waited for the CPU must reach its core before the core's timers run
@@ -248,6 +491,11 @@ class Driver:
                 if d is not None and d <= now:
                     self._send(conn, conn.core.on_timer(now))
                 for comp in conn.core.completions():
+                    if self.streams:
+                        stream = self.streams.get((conn.core.conn, comp.kind))
+                        if stream is not None and stream.owns(comp.msg):
+                            self._stream_done(stream, comp, t0)
+                            continue
                     pending -= 1
                     done.append(self._finish(conn, comp, expect, bufs, t0))
                     if comp.kind == "recv" and comp.ok:
@@ -258,9 +506,21 @@ class Driver:
                     else:
                         for r in recv_waiting.done(comp.msg):
                             self._post_recv(r, bufs, time.monotonic())
+            if sending:
+                for st in sends:
+                    if not st.finished:
+                        st.fill(now, t0, self._send)  # after until_s: finished once empty
+                sending = sum(not st.finished for st in sends)
+                if not sending:  # the parent may now end the receive streams
+                    childproto.emit(SENT, host=self.plan["host"])
             if now >= next_sample:
                 timeline.append((round(now - t0, 4), self._bytes_in(placed)))
-                next_sample = now + 0.01
+                next_sample = now + timeline_s
+            if now >= rss.next:
+                rss.sample(now, t0)
+                self._drain_ev_changes()
+        rss.sample(time.monotonic(), t0, force=True)  # the last one, always
+        rss.close()
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         wall = time.monotonic() - t0
         cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
@@ -281,7 +541,39 @@ class Driver:
             "stats": {c: dict(getattr(conn.core, "stats", {})) for c, conn in self.conns.items()},
             "unknown_conn": self.malformed_conn,
             "internal_errors": self.socks.internal_errors,
+            "rss": rss.samples, "rss_every_s": rss.every, "ev_changes": self.ev_changes,
+            "state": {c: state_sizes(conn.core) for c, conn in self.conns.items()},
+            "streams": [st.report() for st in self.streams.values()],
         }
+
+    def _drain_ev_changes(self) -> None:
+        """Drain each core's EV change log (its owner is this driver, which only counts
+        them): undrained, it would fill to its bound under a flapping link."""
+        for c, conn in self.conns.items():
+            paths = getattr(conn.core, "paths", None)
+            if paths is not None and paths.events:
+                self.ev_changes[c] = self.ev_changes.get(c, 0) + len(paths.changes())
+
+    def _stream_done(self, st: SendStream | RecvStream, comp: Completion, t0: float) -> None:
+        """A stream's message completed: count (and check) it, post the next."""
+        now = time.monotonic()
+        if isinstance(st, SendStream):
+            st.complete(comp)
+            st.fill(now, t0, self._send)
+            return
+        c0 = time.process_time()
+        st.complete(comp)
+        self.verify_cpu_s += time.process_time() - c0
+        if not self.stopping:
+            st.fill(now, self._send)
+
+    def _stdin_ended(self, fd: int) -> bool:
+        """The parent closed stdin (or wrote a ``stop`` record): streams end."""
+        try:
+            data = os.read(fd, 4096)
+        except BlockingIOError:
+            return False
+        return not data or b'"stop"' in data
 
     def _post_recv(self, r: dict, bufs: dict, now: float) -> None:
         conn = self.conns[r["conn"]]

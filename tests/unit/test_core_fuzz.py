@@ -17,24 +17,12 @@ import random
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from transports import wire
 from transports.dblp import DblpCore
 from transports.fakenet import FakeNet, PathSpec
+from transports.hostile import hostile
 from transports.lossdetect import MAX_BLAME, MAX_TAIL_PROBES
 from transports.mrc import MrcConfig, MrcCore
 from transports.rc import RcConfig, RcCore
-from transports.wire import (
-    ACK,
-    DATA,
-    FLAG_SACK,
-    FLAG_STOP,
-    FLAG_STOP_OK,
-    HEADER_LEN,
-    NACK,
-    PROBE,
-    PROBE_ACK,
-    pack_header,
-)
 
 CONN = 7
 EVS = 4
@@ -42,62 +30,6 @@ MRC_CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, probe_min=200e-6, probe_max=5
                     mtu_payload=2000, give_up_s=30.0)
 RC_CFG = RcConfig(rto_min=200e-6, rto_init=1e-3, mtu_payload=2000, window_pkts=32,
                   aimd=True, give_up_s=30.0)
-
-
-def hostile(rng: random.Random, evs: int) -> bytes:
-    """One datagram of a hostile kind (see the module docstring)."""
-    k = rng.randrange(11)
-    if k == 0:
-        return rng.randbytes(rng.randrange(0, 200))
-    buf = bytearray(HEADER_LEN)
-    ev = rng.randrange(evs)
-    ts = rng.getrandbits(40)
-    if k == 1:  # a header cut short
-        pack_header(buf, DATA, 0, CONN, 0, 1, 0, 10, ev, 10, ts)
-        return bytes(buf[:rng.randrange(1, HEADER_LEN)])
-    if k == 2:  # another connection
-        pack_header(buf, rng.choice((DATA, ACK, PROBE)), 0, CONN + 1, 0, 1, 0, 0, ev, 0, ts)
-        return bytes(buf)
-    if k == 3:  # DATA with a wrong CRC
-        payload = rng.randbytes(100)
-        buf = bytearray(HEADER_LEN + 100)
-        pack_header(buf, DATA, 0, CONN, rng.randrange(64), 1, 0, 100, ev, 100, ts, 0,
-                    wire.crc32(payload) ^ 1)
-        buf[HEADER_LEN:] = payload
-        return bytes(buf)
-    if k == 4:  # DATA far beyond any window, for a message id nobody uses
-        payload = rng.randbytes(16)
-        buf = bytearray(HEADER_LEN + 16)
-        pack_header(buf, DATA, 0, CONN, 10**9 + rng.randrange(1000), 999_999, 0, 16, ev, 16,
-                    ts, 0, wire.crc32(payload))
-        buf[HEADER_LEN:] = payload
-        return bytes(buf)
-    if k == 5:  # a cumulative ACK beyond anything sent
-        pack_header(buf, ACK, 0, CONN, 10**9, 0, 0, 0, ev, 0, ts, ts)
-        return bytes(buf)
-    if k == 6:  # more SACK blocks than any peer sends
-        blocks = [(10**8 + 2 * i, 10**8 + 2 * i + 1) for i in range(rng.randrange(40, 300))]
-        payload = wire.pack_sack(blocks)
-        buf = bytearray(HEADER_LEN + len(payload))
-        pack_header(buf, ACK, FLAG_SACK, CONN, 0, 0, 0, 0, ev, len(payload), ts)
-        buf[HEADER_LEN:] = payload
-        return bytes(buf)
-    if k == 7:  # STOP or STOP_OK for a message that does not exist
-        flag = rng.choice((FLAG_STOP, FLAG_STOP_OK))
-        bitmap = rng.randbytes(rng.randrange(0, 4))
-        buf = bytearray(HEADER_LEN + len(bitmap))
-        pack_header(buf, ACK, flag, CONN, rng.randrange(8), 500_000 + rng.randrange(10**6),
-                    rng.randrange(8), rng.randrange(10**6), ev, len(bitmap), ts)
-        buf[HEADER_LEN:] = bitmap
-        return bytes(buf)
-    if k == 8:  # a PROBE_ACK nobody asked for
-        pack_header(buf, PROBE_ACK, 0, CONN, rng.randrange(1 << 20), 0, 0, 0, ev, 0, ts, ts)
-        return bytes(buf)
-    if k == 9:  # a NACK for a PSN never sent
-        pack_header(buf, NACK, 0, CONN, 10**9 + rng.randrange(1000), 0, 0, 0, ev, 0, ts)
-        return bytes(buf)
-    buf[0] = rng.randrange(2, 256)  # another wire version
-    return bytes(buf)
 
 
 def make_pair(kind: str, seed: int):
@@ -142,7 +74,7 @@ def test_reliable_delivery_survives_loss_and_hostile_datagrams(kind, sizes, loss
 
     for _ in range(hostile_count):  # at random moments of the transfer, at either end
         who = rng.choice(("a", "b"))
-        data = hostile(rng, evs)
+        data = hostile(rng, evs, CONN)
         net.at(rng.uniform(0.0, 0.01), lambda who=who, data=data: inject(who, data))
     net.run(20.0, stop=lambda: len(net.done["a"]) >= len(msgs)
             and len(net.done["b"]) >= len(msgs) and fired[0] == hostile_count)
