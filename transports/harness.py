@@ -15,12 +15,13 @@ All drivers start sending at one common CLOCK_MONOTONIC instant.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from emu.errors import EmuError
 from emu.fabric import Fabric
-from emu.launch import ChildGroup
+from emu.launch import Child, ChildGroup
 from transports.plan import DEFAULT_CONFIG, TRANSPORTS, conn_spec
 
 READY_TIMEOUT_S = 60.0  # for every driver to bind its sockets on a busy machine
@@ -125,12 +126,26 @@ def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict
     return plans, parts
 
 
+def driver_results(children: Iterable[tuple[str, Child]], timeout: float) -> dict[str, dict]:
+    """Each driver's ``result`` record by host, once its stdin is closed; EmuError naming
+    the driver if one ends without a result or with a non-zero status."""
+    outs = {}
+    for host, child in children:
+        out = child.record("result", timeout=timeout)
+        code = child.wait(30)
+        if out is None or code != 0:
+            raise EmuError(child.why("ended without a result" if out is None
+                                     else f"exited {code}"))
+        out.pop("type")
+        outs[host] = out
+    return outs
+
+
 def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
                   config: dict | None = None, deadline_s: float = 60.0, seed: int = 0,
                   on_start=None) -> TransferResult:
     """Run ``transfers`` with ``transport``; ``on_start(t0)`` is called at the common start."""
     plans, parts = plan_transfers(fab.spec, transport, transfers, config, deadline_s, seed)
-    outs = {}
     with ChildGroup() as group:
         for host, plan in plans.items():
             group.spawn(f"driver on {host}",
@@ -142,14 +157,7 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
             on_start(t0)
         for child in group:
             child.close_stdin()
-        for host, child in zip(plans, group, strict=True):
-            out = child.record("result", timeout=deadline_s + 30)
-            code = child.wait(30)
-            if out is None or code != 0:
-                raise EmuError(child.why("ended without a result" if out is None
-                                         else f"exited {code}"))
-            out.pop("type")
-            outs[host] = out
+        outs = driver_results(zip(plans, group, strict=True), deadline_s + 30)
     res = TransferResult(transport, outs, list(transfers))
     for i, t in enumerate(transfers):
         got: list[dict[str, Any]] = [

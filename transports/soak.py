@@ -36,6 +36,7 @@ from emu.failures import GrayLink, LinkFlap
 from emu.launch import ChildGroup
 from topologies import LinkSpec, MultiPlaneClos
 from transports.driver import SENT
+from transports.harness import driver_results
 from transports.plan import DEFAULT_CONFIG, conn_spec
 
 READY_TIMEOUT_S = 60.0
@@ -127,14 +128,7 @@ def run_streams(fab: Fabric, plans: dict[str, dict], seconds: float,
                                              f"{seconds + drain_s:.0f} s"))
         for child in group:
             child.close_stdin()
-        for host, child in children.items():
-            out = child.record("result", timeout=60)
-            code = child.wait(30)
-            if out is None or code != 0:
-                raise EmuError(child.why("ended without a result" if out is None
-                                         else f"exited {code}"))
-            out.pop("type")
-            outs[host] = out
+        outs.update(driver_results(children.items(), 60))
     return outs
 
 

@@ -15,6 +15,8 @@ from topologies import MultiPlaneClos, ScaleAcross
 from workloads import experiment as ex
 from workloads.phase import FixedTolerance, OptiReduceDeadline, PhaseAware, PhaseAwareConfig
 
+from experiment_checks import fails
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "experiments" / "training"
 
 BASE = {
@@ -37,16 +39,6 @@ def doc(**changes: object) -> dict:
         else:
             t[last] = value
     return d
-
-
-def fails(data: dict, *needles: str) -> str:
-    with pytest.raises(EmuError) as info:
-        ex.parse(data, "exp.toml")
-    msg = str(info.value)
-    assert msg.startswith("exp.toml: "), msg
-    for n in needles:
-        assert n in msg, f"{n!r} not in {msg!r}"
-    return msg
 
 
 # --- the examples ----------------------------------------------------------------------

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from emu.errors import EmuError
 from workloads import experiment as ex
 from workloads.experiment import limits
+
+from experiment_checks import fails
 
 BASE = {
     "name": "t",
@@ -25,16 +26,6 @@ def doc(top: dict | None = None, **workload: object) -> dict:
     d.update(top or {})
     d["workload"].update(workload)
     return d
-
-
-def fails(data: dict, *needles: str) -> str:
-    with pytest.raises(EmuError) as info:
-        ex.parse(data, "exp.toml")
-    msg = str(info.value)
-    assert msg.startswith("exp.toml: "), msg
-    for n in needles:
-        assert n in msg, f"{n!r} not in {msg!r}"
-    return msg
 
 
 # --- the training sets: a global batch is at most all of it ---------------------------
