@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 from emu.errors import EmuError
+from commands.reproduce.command import configure as configure_reproduce
+from commands.sweep.command import configure as configure_sweep
 from explorer.command import configure_parser as configure_explore
 from explorer.spec import SpecError
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross, TopologyError
@@ -333,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench("training", "digits CNN over MRC, RC and gloo: healthy, link cut, microbursts; "
           "DBLP vs MRC time to target loss under bursts", "fewer steps").add_argument(
         "--out", help="results directory (default results/bench-training-TIME)")
-    bench("robustness", "hostile datagrams a receiver absorbs while a transfer keeps 90 % "
+    bench("robustness", "hostile datagrams a receiver absorbs while a transfer keeps 90 %% "
           "of its goodput, drivers' memory under a flapping and a gray link, the largest "
           "fabric this machine builds", "fewer kinds, rates and sizes")
     bench("explorer", "the explorer: search speed on the reference space, speed-ups over "
@@ -360,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "x network for training across DCs (no root needed)")
     configure_explore(x)
     x.set_defaults(func=cmd_explore)
+
+    configure_reproduce(sub)
+    configure_sweep(sub)
     return p
 
 
