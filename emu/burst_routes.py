@@ -83,14 +83,6 @@ def plan_routes(topo: MultiPlaneClos | ScaleAcross, spec: MicroburstSpec) -> tup
 
     target = parse_target(topo, spec.target)
     host_names = [h.name for h in topo.hosts]
-    if spec.rate_mbit is not None:
-        # The sources' NIC line rate. A ScaleAcross has no host_link (its DCs each have
-        # one): an explicit rate_mbit there raises AttributeError (a known gap).
-        line_mbit = topo.host_link.rate_mbit  # type: ignore[union-attr]  # see above
-        if spec.rate_mbit > line_mbit:
-            raise MicroburstError(f"rate_mbit={spec.rate_mbit!r} is invalid: must be in (0, "
-                                  f"{line_mbit:g}] (the sources' NIC line rate), "
-                                  "or None for line rate")
     if spec.payload > topo.mtu - 112:
         raise MicroburstError(f"payload={spec.payload} is invalid: must be in "
                               f"[{HEADER.size}, {topo.mtu - 112}] for MTU {topo.mtu}")
@@ -114,6 +106,15 @@ def plan_routes(topo: MultiPlaneClos | ScaleAcross, spec: MicroburstSpec) -> tup
                 f"one: {', '.join(able[:8]) or 'none'}" + (" ..." if len(able) > 8 else ""))
         random.Random(f"{spec.seed}:{src}").shuffle(cands)
         candidates[src] = cands
+    if spec.rate_mbit is not None:
+        # The sources' NIC line rate: the slowest host link among the sources (in a
+        # ScaleAcross each DC has its own host_link, so it is read per source).
+        line_mbit = min(egress_link(topo, (src, port.ifname)).spec.rate_mbit
+                        for src in spec.sources for port in topo.ports(src))
+        if spec.rate_mbit > line_mbit:
+            raise MicroburstError(f"rate_mbit={spec.rate_mbit!r} is invalid: must be in (0, "
+                                  f"{line_mbit:g}] (the sources' NIC line rate), "
+                                  "or None for line rate")
     up: Counter[Egress] = Counter()
     down: Counter[Egress] = Counter()
     dsts: Counter[str] = Counter()

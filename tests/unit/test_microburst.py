@@ -15,7 +15,7 @@ from emu.microburst import (
     plan_routes,
     shared_upstream,
 )
-from topologies import MultiPlaneClos
+from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross
 
 TOPO = MultiPlaneClos()  # 2 planes x 4 spines x 4 leaves x 4 hosts: h0..h15
 SMALL = MultiPlaneClos(planes=2, spines=2, leaves=3, hosts_per_leaf=2)
@@ -110,6 +110,17 @@ def test_rate_above_line_rate_and_payload_above_mtu():
     with pytest.raises(MicroburstError,
                        match=rf"payload=2000 .*\[{HEADER.size}, 1388\] for MTU 1500"):
         plan_routes(MultiPlaneClos(mtu=1500), spec(payload=2000))
+
+
+def test_rate_on_a_scaleacross_is_checked_against_each_source_nic():
+    # Each DC has its own host_link: DC 1's NICs are 50 Mbit/s, DC 0's 100.
+    dc = dict(planes=2, spines=2, leaves=2, hosts_per_leaf=2)
+    two = ScaleAcross((MultiPlaneClos(**dc, dc=0),
+                       MultiPlaneClos(**dc, dc=1, host_link=LinkSpec(50.0, 100))), DciSpec())
+    ok = plan_routes(two, spec(target="p0l1:h3", sources=("h0",), rate_mbit=100))
+    assert [r.source for r in ok] == ["h0"]
+    with pytest.raises(MicroburstError, match=r"rate_mbit=60 .*\(0, 50\]"):
+        plan_routes(two, spec(target="p0l1:h3", sources=("h0", "d1h0"), rate_mbit=60))
 
 
 def test_parse_target():
