@@ -389,9 +389,17 @@ class LossDetector:
 
     def _blame(self, psn: int, ev: int, now: float) -> None:
         blame = self.blame
+        blame.pop(psn, None)  # re-inserted last: the dict stays in declaration order
         blame[psn] = (ev, now, None)
-        if len(blame) > MAX_BLAME:  # keep the latest (a duplicate comes back within ~an RTO)
-            del blame[next(iter(blame))]
+        # Undo needs an entry only while a copy of that packet may still be acknowledged
+        # (RTOs are capped at rto_max): older ones go, so a link that flaps for the life
+        # of a connection does not keep MAX_BLAME entries; MAX_BLAME caps a burst.
+        horizon = now - 2 * self.cfg.rto_max
+        while True:  # ends at the latest entry at the latest (its time is now)
+            oldest = next(iter(blame))
+            if len(blame) <= MAX_BLAME and blame[oldest][1] >= horizon:
+                break
+            del blame[oldest]
 
     def _flush(self, ev: int, now: float, everything: bool) -> None:
         """The path went silent: every packet out on it (``everything``: after a blamed RTO),

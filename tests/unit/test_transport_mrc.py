@@ -286,3 +286,23 @@ def test_outage_longer_than_the_retry_count_but_shorter_than_give_up_survives():
     check_all(net, msgs, bufs)
     assert a.stats["rto_silent"] > cfg.max_retries and a.stats["conn_failed"] == 0
 
+
+
+def test_blamed_losses_are_forgotten_once_no_copy_can_come_back():
+    # Two EVs flap for the whole connection: losses are blamed all along, but undo needs
+    # an entry only while a copy may still be acknowledged (2 x rto_max), so the blame map
+    # keeps only the recent ones instead of filling up to MAX_BLAME.
+    cfg = MrcConfig(rto_min=200e-6, rto_init=1e-3, probe_min=200e-6, probe_max=5e-3,
+                    rto_max=5e-3)
+    net, a, b = pair(cfg=cfg, spec=PathSpec(delay=10e-6, rate=12.5e6))
+    for k in range(40):
+        for ev in (0, 1):
+            net.kill("a", "b", ev, at=k * 10e-3 + ev * 5e-3, until=k * 10e-3 + ev * 5e-3 + 3e-3)
+    msgs = messages(3, [400_000] * 30)
+    bufs = exchange(net, "a", "b", msgs, until=10.0)
+    check_all(net, msgs, bufs)
+    times = [at for _, at, _ in a.loss.blame.values()]
+    assert net.now > 20 * cfg.rto_max  # the run outlived many horizons
+    # (entries go when the next loss is blamed: measured from the latest one)
+    assert max(times) - min(times) <= 2 * cfg.rto_max, (min(times), max(times))
+    assert a.stats["tx_retx"] > 5 * max(1, len(times)), (a.stats, len(times))
