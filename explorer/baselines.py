@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer.calibration import Calibration
-from explorer.model import Breakdown, evaluate
+from explorer.model import evaluate
+from explorer.model_breakdown import Breakdown
 from explorer.search import search_scenario, with_axes
 from explorer.spec import Config
 from explorer.specfile import Space, build_config

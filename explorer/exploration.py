@@ -16,8 +16,8 @@ from typing import Any
 
 from explorer.baselines import ABLATIONS, Baseline, ablation, production, sota
 from explorer.calibration import Calibration, load_calibration
-from explorer.model import Breakdown
 from explorer.model import evaluate as evaluate_config
+from explorer.model_breakdown import Breakdown
 from explorer.rescore import rescore
 from explorer.search import (
     CHUNK,

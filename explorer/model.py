@@ -1,6 +1,9 @@
 """The cost model, written for reading: one configuration in, the step broken down out.
 
-``evaluate(config, calibration)`` returns a :class:`Breakdown`. The vectorised twin
+``evaluate(config, calibration)`` returns a ``Breakdown`` (explorer/model_breakdown.py);
+the sizes a configuration implies and why one cannot run are in
+explorer/model_structure.py, the constants and small per-term formulas in
+explorer/model_terms.py (shared with the vectorised twin). The vectorised twin
 (explorer/vecmodel.py) computes the same numbers for millions of configurations at once
 and must agree with this one to 1e-9 (tests/unit/test_explorer_model.py checks it on
 random points); change both together.
@@ -77,154 +80,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 
-from explorer.calibration import (
-    Calibration,
-    TailPoint,
-    TransportCal,
-    dblp_steps_ratio,
-    tail_at,
-)
+from explorer.calibration import Calibration, dblp_steps_ratio
 from explorer.failures import failure_fraction
+from explorer.model_breakdown import Breakdown
+from explorer.model_structure import derive, structure_reason
+from explorer.model_terms import (
+    EW_LOGIT_BYTES,
+    EW_SCORE_BYTES,
+    EW_TOKEN_BYTES,
+    EW_TOKEN_BYTES_MLP,
+    LOSS_RECOVERY_RTTS,
+    NVLINK_LATENCY_S,
+    OPT_BYTES_PER_PARAM,
+    PACKET_BYTES,
+    activation_bytes,
+    burst_hit,
+    flows_per_uplink,
+    message_overhead,
+    tail_factor,
+)
 from explorer.netcost import allreduce, ring_pass
 from explorer.pipeline import inflight, pipeline_time
-from explorer.regime import EXTRAPOLATION_FLAGS, extrapolation
+from explorer.regime import extrapolation
 from explorer.spec import Config
 
-__all__ = [
-    "Breakdown", "EW_SCORE_BYTES", "EW_TOKEN_BYTES", "EXTRAPOLATION_FLAGS", "Derived",
-    "derive", "evaluate", "structure_reason",
-]
+__all__ = ["PipelineTime", "evaluate"]
 
-# Element-wise traffic per layer and forward pass, bf16: two layer norms (read + write
-# s b h each), two dropouts (read, write, 1-byte mask), two residual adds, the MLP's
-# activation function over 4h: 46 bytes per token and hidden unit, of which the
-# activation function's 16 run inside the TP-sharded MLP.
-EW_TOKEN_BYTES = 46.0
-EW_TOKEN_BYTES_MLP = 16.0
-# Materialised attention scores (no FlashAttention): softmax and dropout read and write
-# the a s^2 b matrix, plus the dropout mask.
-EW_SCORE_BYTES = 13.0
-# Output layer: logits written, read by the softmax, fp32 softmax written (per token x V).
-EW_LOGIT_BYTES = 10.0
-NVLINK_LATENCY_S = 3e-6  # one NVLink hop, one collective step
-ONE_WAY_RTTS = 0.5  # the least a message can take beyond serialisation, in RTTs
-FRAME_BYTES = 4096 + 82  # a RoCE v2 frame at full scale: 4 KiB MTU and its headers
-OPT_BYTES_PER_PARAM = 32.0  # optimizer step traffic per parameter of the shard (fp32 Adam)
-PACKET_BYTES = 4096  # RoCE MTU: a message of S bytes is S / 4096 packets on a lossy DCI
-# Random loss on the DCI: round trips a reliable transport spends per lost packet
-# (MRC: selective retransmission on another path; RC: go-back-N; TCP: fast retransmit
-# and window halving).
-LOSS_RECOVERY_RTTS = {"mrc": 1.0, "rc": 2.0, "tcp": 2.0}
 # (schedule, p, m, v, warmup_extra, t_f, t_b, c_lat, c_ser, x_lat, x_ser, g) -> seconds
 PipelineTime = Callable[..., float]
-
-@dataclass(frozen=True)
-class Derived:
-    """Sizes derived from a configuration (before any timing)."""
-
-    gpus: int  # all DCs used
-    dcs: int
-    replica: int  # TP x CP x PP
-    dp: int  # data-parallel degree
-    microbatches: int
-    dcs_per_pipeline: int  # g
-    dp_dcs: int  # k: DCs one data-parallel group spans
-    v: int  # model chunks per stage in use
-    params: float
-    layer_params: float
-    layer_matmul_params: float
-
-
-@dataclass(frozen=True)
-class Breakdown:
-    """One configuration's projection. Times in seconds, memory in GiB, energy in kWh."""
-
-    feasible: bool
-    reason: str
-    compute_s: float = 0.0
-    tp_s: float = 0.0
-    cp_s: float = 0.0
-    bubble_s: float = 0.0
-    pp_s: float = 0.0
-    dp_s: float = 0.0
-    optimizer_s: float = 0.0
-    tail_s: float = 0.0
-    failure_s: float = 0.0
-    step_s: float = 0.0
-    steps: float = 0.0
-    time_to_train_s: float = 0.0
-    mfu: float = 0.0
-    memory_gib: float = 0.0
-    failure_fraction: float = 0.0
-    energy_kwh: float = 0.0
-    cost_gpu: float = 0.0
-    cost_dci: float = 0.0
-    cost_energy: float = 0.0
-    cost: float = 0.0
-    extrapolated: int = 0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def extrapolated_what(self) -> list[str]:
-        """Names of the regime dimensions projected beyond 2x the calibration's range."""
-        return [name for bit, name in EXTRAPOLATION_FLAGS.items() if self.extrapolated & bit]
-
-
-def derive(cfg: Config) -> Derived:
-    """Derived sizes; raises nothing (structure_reason says what is wrong)."""
-    m, pl = cfg.model, cfg.placement
-    h, a, kv = m.hidden, m.heads, m.kv
-    attn = 2 * h * h + 2 * h * (kv * h // a)
-    mlp = (3 if m.mlp == "swiglu" else 2) * h * m.ffn_dim
-    layer = attn + mlp + 4 * h  # + two layer norms' weights and biases
-    params = m.layers * layer + m.vocab * h * (1 if m.tied_embeddings else 2)
-    gpus = sum(cfg.cluster.gpus)
-    dcs = cfg.cluster.dcs
-    replica = pl.tp * pl.cp * pl.pp
-    dp = gpus // replica
-    g = 1 if dcs == 1 else {"dp": 1, "pp": dcs, "pp_dp": pl.dc_group}[pl.cross]
-    k = dcs // g if g <= dcs else 1
-    mb = m.batch_seqs // (dp * pl.microbatch) if dp * pl.microbatch else 0
-    interleaved = cfg.schedule.pipeline == "interleaved" and pl.pp > 1
-    v = cfg.schedule.virtual_stages if interleaved else 1
-    return Derived(gpus, dcs, replica, dp, mb, g, k, v, float(params), float(layer),
-                   float(attn + mlp))
-
-
-def structure_reason(cfg: Config, d: Derived) -> str:
-    """Why a configuration cannot run ("" if it can), before timing: divisibility, TP
-    outside the NVLink domain, a group split across DCs."""
-    m, pl, gpu = cfg.model, cfg.placement, cfg.gpu
-    t, c, p = pl.tp, pl.cp, pl.pp
-    if t > gpu.nvlink_domain or gpu.nvlink_domain % t:
-        return "nvlink"
-    kv_ok = m.kv % t == 0 if t <= m.kv else t % m.kv == 0
-    if (m.heads % t or not kv_ok or m.ffn_dim % t or m.layers < p * d.v or m.seq % c
-            or d.gpus % d.replica or d.microbatches < 1
-            or m.batch_seqs % (d.dp * pl.microbatch)):
-        return "divisibility"
-    if cfg.schedule.pipeline == "interleaved" and p > 1 and (d.microbatches % p or d.v < 2):
-        return "divisibility"
-    sizes = cfg.cluster.gpus
-    if d.dcs_per_pipeline == 1:
-        if any(n % d.replica for n in sizes):
-            return "dc_split"
-    else:
-        g = d.dcs_per_pipeline
-        if (len(set(sizes)) > 1 or p % g or d.dcs % g or d.dp % (d.dcs // g)
-                or (pl.cross == "pp_dp" and g >= d.dcs)):
-            return "dc_split"
-    return ""
-
-
-def _tail_factor(tails: tuple[TailPoint, ...], cfg: Config, band: str) -> float:
-    """Tail inflation at the fabric's burst geometry (length in RTTs, excess / buffer)."""
-    f = cfg.fabric
-    return tail_at(tails, f.burst_us / f.rtt_us, f.burst_excess_kib / f.buffer_kib, band)
 
 
 def evaluate(cfg: Config, cal: Calibration, band: str = "mid",
@@ -422,20 +306,20 @@ def evaluate(cfg: Config, cal: Calibration, band: str = "mid",
     # pass); a round of ``t`` seconds over ``ports`` NIC ports meets a burst with
     # probability 1 - exp(-burst_hz x ports x t), so a term grows by 1 + P (inflation - 1).
     if fab.burst_hz > 0 and (pp_s + cp_net + red + ag) > 0:
-        infl = _tail_factor(tc.tail, cfg, band)
+        infl = tail_factor(tc.tail, cfg, band)
         if dblp and cal.dblp is not None and cal.dblp.tail:
             # DBLP's inflation was measured at one tolerance: between reliable (0) and it,
             # interpolate linearly; beyond it, keep it (flagged as extrapolated).
             w = min(1.0, sch.dblp_tolerance / cal.dblp.tolerance)
-            infl_dp = infl + w * (_tail_factor(cal.dblp.tail, cfg, band) - infl)
+            infl_dp = infl + w * (tail_factor(cal.dblp.tail, cfg, band) - infl)
         else:
             infl_dp = infl
         ports_gpu = fab.planes * lanes
         ring = (n_in + k) if hier else n  # ranks a data-parallel round spans
         rounds_dp = 2 * max(ring - 1, 1) * (mb if optimizer == "fsdp" else 1)
-        p_dp = _hit(fab.burst_hz, ring * ports_gpu, (red + ag) / rounds_dp)
-        p_pp = _hit(fab.burst_hz, 2 * ports_gpu, c_lat + c_ser) if p > 1 else 0.0
-        p_cp = _hit(fab.burst_hz, c * ports_gpu, cp_round) if cp_net > 0 else 0.0
+        p_dp = burst_hit(fab.burst_hz, ring * ports_gpu, (red + ag) / rounds_dp)
+        p_pp = burst_hit(fab.burst_hz, 2 * ports_gpu, c_lat + c_ser) if p > 1 else 0.0
+        p_cp = burst_hit(fab.burst_hz, c * ports_gpu, cp_round) if cp_net > 0 else 0.0
         tail_s = max(0.0, slowed(1.0 + p_pp * (infl - 1.0), 1.0 + p_dp * (infl_dp - 1.0),
                                  1.0 + p_cp * (infl - 1.0)))
     else:
@@ -450,7 +334,7 @@ def evaluate(cfg: Config, cal: Calibration, band: str = "mid",
         state = p_gpu * (2 + gb) + p_gpu * 12 / shard
     else:  # + two layers' parameters gathered at a time
         state = p_gpu * (2 + gb + 12) / shard + 2 * d.layer_params / t * 2
-    act_layer = _activation_bytes(cfg)
+    act_layer = activation_bytes(cfg)
     act_mem = layers * act_layer * in_flight + 4.0 * tokens * m.vocab / tcp
     memory = state + act_mem + gpu.memory_reserve_gib * 2**30
     memory_gib = memory / 2**30
@@ -494,42 +378,3 @@ def evaluate(cfg: Config, cal: Calibration, band: str = "mid",
         steps=steps, time_to_train_s=time_s, mfu=mfu, memory_gib=memory_gib,
         failure_fraction=phi, energy_kwh=energy, cost_gpu=cost_gpu, cost_dci=cost_dci,
         cost_energy=cost_energy, cost=cost_gpu + cost_dci + cost_energy, extrapolated=flags)
-
-
-def flows_per_uplink(transport: str, qps: float, planes: float) -> float:
-    """Where a transport's load balance is read on its calibrated curve: flows x lanes per
-    leaf uplink over all planes (workloads/calibration.py). A GPU's connection has ``qps``
-    flows per plane (MRC, RC) and a non-blocking leaf one uplink per host port, so that is
-    ``qps``; a TCP connection is one flow on one plane: qps / planes."""
-    return qps / planes if transport == "tcp" else qps
-
-
-def message_overhead(tc: TransportCal, band: str, rtt: float, plane_gbit: float) -> float:
-    """A message's time beyond its serialisation, at full scale: half an RTT plus the
-    calibrated excess in frame times (store-and-forward fill, window ramp), when the
-    calibration says its frame time; else its intercept in RTTs (at least half an RTT)."""
-    if tc.overhead_frames is not None:
-        frame = FRAME_BYTES * 8 / (plane_gbit * 1e9)
-        return ONE_WAY_RTTS * rtt + tc.overhead_frames.pick(band, worse_is_high=True) * frame
-    return max(tc.overhead_rtts.pick(band, worse_is_high=True), ONE_WAY_RTTS) * rtt
-
-
-def _hit(rate_hz: float, ports: float, seconds: float) -> float:
-    """Probability that a round of ``seconds`` over ``ports`` meets a microburst."""
-    return 1.0 - math.exp(-rate_hz * ports * seconds)
-
-
-def _activation_bytes(cfg: Config) -> float:
-    """Activation bytes one layer keeps per microbatch on one GPU (Korthikanti et al.)."""
-    m, pl, sch = cfg.model, cfg.placement, cfg.schedule
-    t, c = pl.tp, pl.cp
-    sbh = m.seq * pl.microbatch * m.hidden / c
-    scores = 0.0 if (m.flash_attention or sch.recompute != "none") else \
-        5.0 * m.heads * m.seq / m.hidden / t
-    if sch.recompute == "full":
-        return 2.0 * sbh / (t if sch.sequence_parallel else 1)
-    if sch.sequence_parallel:
-        return sbh * (34.0 / t + scores)
-    return sbh * (10.0 + 24.0 / t + scores)
-
-

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.calibration import Calibration, TransportCal
-from explorer.model import ONE_WAY_RTTS
+from explorer.model_terms import ONE_WAY_RTTS
 from explorer.netcost import allreduce, hierarchical_allreduce
 from explorer.pipeline import pipeline_time
 from explorer.spec import SpecError

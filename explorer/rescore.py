@@ -10,7 +10,8 @@ and the relative difference of the step time is reported as the re-score error.
 from __future__ import annotations
 
 from explorer.calibration import Calibration
-from explorer.model import Breakdown, evaluate
+from explorer.model import evaluate
+from explorer.model_breakdown import Breakdown
 from explorer.pipeline import simulated_time
 from explorer.spec import Config
 

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from explorer.calibration import Calibration
-from explorer.model import Breakdown, evaluate
+from explorer.model import evaluate
+from explorer.model_breakdown import Breakdown
 from explorer.spec import Config, SpecError
 from explorer.specfile import build_config, read_toml
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from explorer.calarrays import CalArrays, by_transport, tail_at_np
 from explorer.failures import failure_fraction_np
-from explorer.model import (
+from explorer.model_terms import (
     EW_LOGIT_BYTES,
     EW_SCORE_BYTES,
     EW_TOKEN_BYTES,
@@ -48,7 +48,7 @@ _MRC, _RC, _TCP = (TRANSPORTS.index(t) for t in ("mrc", "rc", "tcp"))
 
 
 def derive(cols: dict[str, Any]) -> dict[str, Any]:
-    """Derived sizes (model.derive's fields) as arrays."""
+    """Derived sizes (model_structure.derive's fields) as arrays."""
     c = cols
     h, a = c["model.hidden"], c["model.heads"]
     kv = np.where(np.isnan(c["model.kv_heads"]), a, c["model.kv_heads"])

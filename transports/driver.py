@@ -3,22 +3,24 @@
 One driver process per host (so the hosts' Python work spreads over the cores
 of the machine). It is given a plan (JSON on stdin): its connections, the
 messages to send and receive, and for MRC the transit segments of every path
-(EV) to each peer. It binds one receive socket on the transport port of the
-host's address; for MRC one send socket per distinct path (the socket carries
-the path's SRH, shared by every peer behind the same transit SIDs); for RC one
-socket with a fixed source port (ECMP hashes the 5-tuple once). Message bytes
-are generated from a seed on both ends, so the receiver verifies them by
-SHA-256 without the harness shipping data. A progress line per completed message
-goes to stderr.
+(EV) to each peer. Message bytes are generated from a seed on both ends, so the
+receiver verifies them by SHA-256 without the harness shipping data. A progress
+line per completed message goes to stderr.
 
 It speaks the emulator's child protocol (emu.childproto): line 1 of stdin is the
 plan; the driver sets up, says ``ready``, reads the ``start`` record (the
 CLOCK_MONOTONIC instant at which all drivers post their sends) and ends with one
 ``result`` record on stdout.
 
-The driver samples its own resident memory (``/proc/self/statm``) every
-``RSS_EVERY_S`` in its loop (never per packet) and reports it as ``rss``: (seconds
-from the start, bytes) pairs, resolution halved whenever ``RSS_MAX_SAMPLES`` are kept.
+This module is the event loop (:class:`Driver`) and the process's entry point; the
+parts it runs, each in a module of its own:
+
+* transports/driver_sockets.py: the host's sockets (one receive socket on the
+  transport port; for MRC one send socket per distinct path, carrying its SRH; for RC
+  one with a fixed source port) and the per-datagram hot path;
+* transports/driver_streams.py: the plan's send and receive streams (soak runs);
+* transports/driver_footprint.py: the resident-memory samples (``rss``) and the sizes
+  of the cores' containers (``state``) a soak watches.
 
 **Streams** (``plan["streams"]``, for soak runs): instead of listing every message,
 an entry ``{"conn", "kind": "send" | "recv", "size", "msg0", "seeds", "window",
@@ -45,346 +47,18 @@ import json
 import os
 import resource
 import select
-import socket
-import struct
 import sys
 import time
-import traceback
-from dataclasses import dataclass, field
 
 from emu import childproto
-from emu.srv6 import IPV6_RTHDR, srh_bytes
-from topologies.qos import CTRL_TCLASS
-from transports.api import Completion, Core
+from transports.api import Completion
+from transports.driver_footprint import RssSampler, state_sizes
+from transports.driver_sockets import Conn, HostSockets
+from transports.driver_streams import RecvStream, SendStream, bound_arg, prefault
 from transports.plan import AfterGate, make_core, message_bytes
-from transports.rto import HostDelay
-from transports.wire import DATA, FLAG_TAIL, UDP_PORT
 
-SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
-PAGE = 4096
-RX_BATCH = 64  # datagrams read per wake-up before timers are served
-MAX_INTERNAL_ERRORS = 5  # tracebacks kept of a core raising on a datagram
-RSS_EVERY_S = 0.5  # the driver samples its resident memory this often (in its loop)
-RSS_MAX_SAMPLES = 2048  # then every other sample is dropped and the period doubled
 TIMELINE_S = 0.01  # goodput timeline's default sampling period
-MAX_STREAM_ERRORS = 5  # error strings a stream keeps (the rest are counted)
 SENT = "sent"  # the record a driver writes once all its send streams are done
-
-
-class RssSampler:
-    """This process's resident set size, sampled at most every ``every_s`` (from the
-    driver's loop: a ``pread`` of /proc/self/statm, about 10 us)."""
-
-    def __init__(self, every_s: float = RSS_EVERY_S, cap: int = RSS_MAX_SAMPLES) -> None:
-        self.fd = os.open("/proc/self/statm", os.O_RDONLY)
-        self.page = os.sysconf("SC_PAGE_SIZE")
-        self.every, self.cap = every_s, cap
-        self.samples: list[tuple[float, int]] = []
-        self.next = 0.0
-
-    def read(self) -> int:
-        """Resident bytes now (statm's second field is resident pages)."""
-        return int(os.pread(self.fd, 256, 0).split()[1]) * self.page
-
-    def sample(self, now: float, t0: float, force: bool = False) -> None:
-        """Record one sample if one is due (or ``force``)."""
-        if now < self.next and not force:
-            return
-        self.samples.append((round(now - t0, 3), self.read()))
-        self.next = now + self.every
-        if len(self.samples) >= self.cap:  # bounded: halve the resolution
-            del self.samples[1::2]
-            self.every *= 2
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-def _bound(item: dict) -> dict:
-    """The ``bound=`` argument of a bounded-loss (DBLP) message, if the plan gives one."""
-    b = item.get("bound")
-    if b is None:
-        return {}
-    from transports.bound import LossBound
-
-    return {"bound": LossBound(**b)}
-
-
-@dataclass
-class Conn:
-    """One connection of this host: its core, peer address and the socket of each EV."""
-
-    core: Core
-    peer: tuple[str, int]
-    ev_socks: list[socket.socket]
-    sent_per_ev: list[int] = field(default_factory=list)
-
-
-class HostSockets:
-    """A host's UDP sockets: one receive socket on the transport port (all its
-    addresses) and one send socket per distinct path (SRH) or per (source, port)."""
-
-    def __init__(self, addr: str = "::", port: int = UDP_PORT) -> None:
-        self.rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-        if os.geteuid() == 0:
-            self.rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
-        self.rx.bind((addr, port))  # "::": the loopback and the per-plane addresses
-        self.rx.setblocking(False)
-        self.path_socks: dict[tuple[str, ...], socket.socket] = {}
-        self._buf = bytearray(65536)
-        self._view = memoryview(self._buf)
-        self.host_delay = HostDelay()
-        # a core that raised on a datagram: the first tracebacks (the rest are counted)
-        self.internal_errors: list[str] = []
-
-    def conn(self, c: dict, core: Core) -> Conn:
-        """The ``Conn`` of plan entry ``c`` (see transports.plan.conn_spec)."""
-        paths = c.get("paths") or [[]]
-        src = c.get("src_addr", "::")
-        socks = [self._sock_for(tuple(p), c.get("sport", 0), src) for p in paths]
-        return Conn(core, (c["peer_addr"], UDP_PORT), socks, [0] * len(paths))
-
-    def _sock_for(self, transit: tuple[str, ...], sport: int, src: str) -> socket.socket:
-        key = transit + ((f"sport{sport}", src) if not transit else ())
-        s = self.path_socks.get(key)
-        if s is None:
-            s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-            s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 4 << 20)
-            s.bind((src, sport))
-            if transit:
-                s.setsockopt(socket.IPPROTO_IPV6, IPV6_RTHDR, srh_bytes(transit))
-            self.path_socks[key] = s
-        return s
-
-    @staticmethod
-    def send(conn: Conn, txs: list) -> None:
-        """Send a core's datagrams on their EVs' sockets (control ones in the EF class, but
-        MRC's tail probes, which queue as data)."""
-        for ev, data in txs:
-            try:
-                if data[1] == DATA or data[3] & FLAG_TAIL:  # a tail probe queues as data
-                    conn.ev_socks[ev].sendto(data, conn.peer)
-                    conn.sent_per_ev[ev] += 1
-                else:  # ACK, NACK, probes: the switches' priority class
-                    conn.ev_socks[ev].sendmsg([data], _CTRL_CMSG, 0, conn.peer)
-            except (BlockingIOError, OSError):
-                pass  # a full NIC queue or a dead first hop: the packet is lost, as on a wire
-
-    def receive(self, conns: dict[int, Conn]) -> int:
-        """Feed up to ``RX_BATCH`` waiting datagrams to their cores (then the caller's
-        timers get their turn); returns how many named no connection of ``conns``."""
-        rx, buf, view, send = self.rx, self._buf, self._view, self.send
-        unknown = 0
-        for _ in range(RX_BATCH):
-            try:
-                n = rx.recv_into(buf)
-            except BlockingIOError:
-                break
-            # Each datagram its own arrival time: a batch read after a pause sharing
-            # one stale clock reading would shorten RTT samples.
-            now = time.monotonic()
-            conn = conns.get(_conn_of(view, n))
-            if conn is None:
-                unknown += 1
-                continue
-            try:
-                txs = conn.core.on_packet(view[:n], now)
-            except Exception:  # a bug one datagram reaches must not end the host's transport
-                self._internal_error(conn)
-                continue
-            send(conn, txs)
-        return unknown
-
-    def _internal_error(self, conn: Conn) -> None:
-        """Count a core's exception (its stats' ``internal_error``), keep its traceback."""
-        stats = getattr(conn.core, "stats", None)
-        if stats is not None:
-            stats["internal_error"] = stats.get("internal_error", 0) + 1
-        if len(self.internal_errors) < MAX_INTERNAL_ERRORS:
-            self.internal_errors.append(traceback.format_exc())
-
-    def woke(self, wake: float, now: float, conns: dict[int, Conn]) -> None:
-        """The loop's wait for a timer due at ``wake`` returned at ``now``: its lateness
-        is the host's scheduling delay, which the cores add to their RTO floor."""
-        if wake <= now and self.host_delay.sample(now - wake, now):
-            d = self.host_delay.published
-            for c in conns.values():
-                c.core.set_host_delay(d)
-
-    @staticmethod
-    def next_wake(conns: dict[int, Conn], default: float) -> float:
-        """The earliest timer of the cores (``default`` when none is armed)."""
-        return min((d for c in conns.values() if (d := c.core.next_deadline()) is not None),
-                   default=default)
-
-    def close(self) -> None:
-        for s in (self.rx, *self.path_socks.values()):
-            s.close()
-
-
-# The containers of a core whose size a soak watches (attribute paths; a core without
-# one is skipped): each is bounded by the core, or emptied as messages complete.
-STATE_SIZES = {"blame": ("loss", "blame"), "tail_probes": ("loss", "tail_probes"),
-               "ev_log": ("paths", "events"), "inflight": ("snd", "inflight"),
-               "out_msgs": ("snd", "out_msgs"), "recv_msgs": ("reasm", "msgs"),
-               "retx_ledger": ("ledger",), "dblp_tx": ("bsend", "tx"),
-               "dblp_rx": ("brecv", "rx"), "dblp_closed": ("brecv", "closed")}
-
-
-def state_sizes(core: object) -> dict[str, int]:
-    """How many entries each of a core's watched containers holds now."""
-    out = {}
-    for name, path in STATE_SIZES.items():
-        obj: object = core
-        for attr in path:
-            obj = getattr(obj, attr, None)
-            if obj is None:
-                break
-        if obj is not None:
-            try:
-                out[name] = len(obj)  # type: ignore[arg-type]
-            except TypeError:
-                pass
-    return out
-
-
-class SendStream:
-    """A send stream of the plan: ``window`` messages in flight until ``until_s``."""
-
-    def __init__(self, spec: dict, conn: Conn) -> None:
-        self.conn = conn
-        self.msg0, self.size = int(spec["msg0"]), int(spec["size"])
-        self.window = int(spec.get("window", 1))
-        self.until_s = float(spec["until_s"])
-        self.bound = _bound(spec)
-        self.payloads = [message_bytes(seed, self.size) for seed in spec["seeds"]]
-        self.next = 0  # messages posted
-        self.posted_at: dict[int, float] = {}  # in flight: at most ``window``
-        self.ok = self.failed = self.bytes = 0
-        self.slowest_s = 0.0  # longest time a message took (post to completion)
-        self.errors: list[str] = []
-        self.finished = False
-
-    def owns(self, msg: int) -> bool:
-        return self.msg0 <= msg < self.msg0 + self.next
-
-    def fill(self, now: float, t0: float, send) -> None:
-        """Post messages while the window has room and ``until_s`` has not passed (nor
-        a message failed: a failed connection would fail every later one at once)."""
-        if self.failed or now - t0 >= self.until_s:
-            self.finished = not self.posted_at
-            return
-        core, n = self.conn.core, len(self.payloads)
-        while len(self.posted_at) < self.window:
-            msg = self.msg0 + self.next
-            self.next += 1
-            self.posted_at[msg] = now
-            send(self.conn, core.post_send(msg, self.payloads[(msg - self.msg0) % n], now,
-                                           **self.bound))
-
-    def complete(self, comp: Completion) -> None:
-        self.slowest_s = max(self.slowest_s, comp.t - self.posted_at.pop(comp.msg, comp.t))
-        if comp.ok:
-            self.ok += 1
-            self.bytes += comp.nbytes
-        else:
-            self.failed += 1
-            if len(self.errors) < MAX_STREAM_ERRORS:
-                self.errors.append(f"message {comp.msg}: {comp.error}")
-
-    def report(self) -> dict:
-        return {"conn": self.conn.core.conn, "kind": "send", "msg0": self.msg0,
-                "size": self.size, "posted": self.next, "ok": self.ok,
-                "failed": self.failed, "bytes": self.bytes,
-                "open": sorted(self.posted_at), "slowest_s": round(self.slowest_s, 4),
-                "errors": self.errors}
-
-class RecvStream:
-    """A receive stream of the plan: ``window`` receives posted, each checked on
-    completion against the SHA-256 of its seed's bytes, its buffer then cleared and
-    reused."""
-
-    def __init__(self, spec: dict, conn: Conn, chunk: int) -> None:
-        self.conn = conn
-        self.msg0, self.size = int(spec["msg0"]), int(spec["size"])
-        self.bound = _bound(spec)
-        self.tolerance = float((spec.get("bound") or {}).get("tolerance", 0.0))
-        self.chunk = chunk
-        self.refs = [message_bytes(seed, self.size) for seed in spec["seeds"]]
-        self.digests = [hashlib.sha256(r).digest() for r in self.refs]
-        self.zeros = bytes(self.size)
-        self.free = [bytearray(self.size) for _ in range(int(spec.get("window", 1)))]
-        for buf in self.free:  # faulted in now, not during the run
-            buf[::PAGE] = bytes(len(range(0, len(buf), PAGE)))
-        self.posted: dict[int, bytearray] = {}
-        self.next = 0
-        self.ok = self.failed = self.bytes = self.not_exact = 0
-        self.missing_chunks = self.deadline_rounds = self.outside_bound = 0
-        self.delivered_min = 1.0
-        self.errors: list[str] = []
-
-    def owns(self, msg: int) -> bool:
-        return self.msg0 <= msg < self.msg0 + self.next
-
-    def fill(self, now: float, send) -> None:
-        """Post a receive into every free buffer (none once a receive failed)."""
-        core = self.conn.core
-        while self.free and not self.failed:
-            buf = self.free.pop()
-            msg = self.msg0 + self.next
-            self.next += 1
-            self.posted[msg] = buf
-            send(self.conn, core.post_recv(msg, buf, now, **self.bound))
-
-    def complete(self, comp: Completion) -> None:
-        """Count and check one completed receive; its buffer is free again."""
-        buf = self.posted.pop(comp.msg, None)
-        if buf is None:  # a second completion of one message: a core's bug, not a loss
-            self.failed += 1
-            if len(self.errors) < MAX_STREAM_ERRORS:
-                self.errors.append(f"message {comp.msg}: completed twice")
-            return
-        if not comp.ok:
-            self.failed += 1
-            if len(self.errors) < MAX_STREAM_ERRORS:
-                self.errors.append(f"message {comp.msg}: {comp.error}")
-        else:
-            self.ok += 1
-            self.bytes += comp.nbytes
-            k = (comp.msg - self.msg0) % len(self.refs)
-            missing = getattr(comp, "missing", ()) or ()
-            if missing:
-                self.missing_chunks += len(missing)
-                exact = self._placed_exact(buf, self.refs[k], set(missing))
-            else:
-                exact = hashlib.sha256(buf).digest() == self.digests[k]
-            if not exact:
-                self.not_exact += 1
-                if len(self.errors) < MAX_STREAM_ERRORS:
-                    self.errors.append(f"message {comp.msg}: bytes differ")
-            delivered = getattr(comp, "delivered", 1.0)
-            self.delivered_min = min(self.delivered_min, delivered)
-            deadline = bool(getattr(comp, "deadline", False))
-            self.deadline_rounds += deadline
-            if delivered < 1.0 - self.tolerance - 1e-9 and not deadline:
-                self.outside_bound += 1
-        buf[:] = self.zeros
-        self.free.append(buf)
-
-    def _placed_exact(self, buf: bytearray, ref: bytes, missing: set[int]) -> bool:
-        """Every chunk that was placed (all but ``missing``) equals the reference."""
-        got, want, c = memoryview(buf), memoryview(ref), self.chunk
-        return all(got[i:i + c] == want[i:i + c]
-                   for i in range(0, self.size, c) if i // c not in missing)
-
-    def report(self) -> dict:
-        return {"conn": self.conn.core.conn, "kind": "recv", "msg0": self.msg0,
-                "size": self.size, "posted": self.next, "ok": self.ok,
-                "failed": self.failed, "bytes": self.bytes, "not_exact": self.not_exact,
-                "missing_chunks": self.missing_chunks, "deadline_rounds": self.deadline_rounds,
-                "outside_bound": self.outside_bound,
-                "delivered_min": round(self.delivered_min, 6), "open": sorted(self.posted),
-                "errors": self.errors}
 
 
 class Driver:
@@ -432,9 +106,7 @@ class Driver:
         recv_waiting = AfterGate()
         for r in self.plan.get("recvs", []):
             buf = bufs[(r["conn"], r["msg"])] = bytearray(r["size"])
-            # Touch every page now: a first write during the run would fault it in and
-            # charge the fault to the transport's CPU (a training job reuses its buffers).
-            buf[::PAGE] = bytes(len(range(0, len(buf), PAGE)))
+            prefault(buf)  # now, not charged to the transport's CPU during the run
             expect[(r["conn"], r["msg"], "recv")] = r
             pending += 1
             if not recv_waiting.add(r.get("after"), r):
@@ -578,12 +250,12 @@ class Driver:
     def _post_recv(self, r: dict, bufs: dict, now: float) -> None:
         conn = self.conns[r["conn"]]
         self._send(conn, conn.core.post_recv(r["msg"], bufs[(r["conn"], r["msg"])], now,
-                                             **_bound(r)))
+                                             **bound_arg(r)))
 
     def _post_send(self, s: dict, data: bytes, now: float, t0: float) -> None:
         conn = self.conns[s["conn"]]
         self.posted[s["msg"]] = round(now - t0, 6)
-        self._send(conn, conn.core.post_send(s["msg"], data, now, **_bound(s)))
+        self._send(conn, conn.core.post_send(s["msg"], data, now, **bound_arg(s)))
 
     def _bytes_in(self, placed: int) -> int:
         # Bytes placed so far, including partially received messages, from the cores.
@@ -614,15 +286,6 @@ class Driver:
             self.verify_cpu_s += time.process_time() - c0
         print(json.dumps({"host": self.plan["host"], **out}), file=sys.stderr, flush=True)
         return out
-
-
-_CONN = struct.Struct("!I")
-# Traffic class of control packets (topologies/qos.py: DSCP EF).
-_CTRL_CMSG = [(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, struct.pack("i", CTRL_TCLASS))]
-
-
-def _conn_of(view: memoryview, n: int) -> int:
-    return _CONN.unpack_from(view, 4)[0] if n >= 8 else -1
 
 
 def wait_for_start() -> float:

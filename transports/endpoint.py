@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from transports.api import Completion
-from transports.driver import Conn, HostSockets
+from transports.driver_sockets import Conn, HostSockets
 from transports.plan import make_core
 
 if TYPE_CHECKING:

@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING
 from emu.errors import EmuError, require_root
 from emu.fabric import Fabric
 from topologies import MultiPlaneClos, ScaleAcross
-from workloads import calibration as cal
 from workloads.calibration_eta import measure_eta
 from workloads.calibration_load import measure_load
 from workloads.calibration_measured import Measured
 from workloads.calibration_plan import DCI_FABRIC, FABRIC, FULL, QUICK, Plan
 from workloads.calibration_recovery import measure_recovery
 from workloads.calibration_regime import probe_rtt
+from workloads.calibration_samples import steps_from_training
 from workloads.calibration_session import Session
 from workloads.calibration_tails import measure_tails
 from workloads.results import read_jsonl
@@ -122,7 +122,7 @@ class Calibration:
             raise EmuError(f"--training-results {str(path)!r}: no results.jsonl there (the "
                            "output directory of `emu bench training`)")
         m = self.measured
-        m.steps, m.steps_reason = cal.steps_from_training(read_jsonl(f))
+        m.steps, m.steps_reason = steps_from_training(read_jsonl(f))
         self.say(f"  training results {f}: {len(m.steps)} DBLP / MRC pairs"
                  + (f" ({m.steps_reason})" if m.steps_reason else ""))
 

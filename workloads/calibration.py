@@ -4,10 +4,9 @@ Pure (no root, no emulator imports). This module defines the record (this docstr
 and reduces measurements to it: ``workloads/calibrate.py`` measures on a fabric and hands
 plain samples (``workloads.calibration_samples``) to :func:`calibration_record`, which
 reduces them with the statistics of ``workloads.calibration_stats`` and returns the
-record; :func:`validate` checks one (strictly: unknown or missing keys are errors) and
-:func:`load` reads one back (both in ``workloads.calibration_schema``). Every public name
-of those parts is re-exported here (``__all__``), so callers reach the calibration
-through one module.
+record; ``validate`` checks one (strictly: unknown or missing keys are errors) and
+``load`` reads one back (both in ``workloads.calibration_schema``). Import each name from
+the module that defines it.
 
 No absolute emulator time enters a figure the explorer projects: every value is a
 ratio, and ``regime`` says in which dimensionless groups it was measured (``rtt_s`` there
@@ -104,34 +103,23 @@ from typing import Any
 import numpy as np
 
 from workloads.calibration_samples import (
-    BurstGeometry,
-    CpuUse,
     LoadSample,
     RecoverySample,
     Regime,
     RoundsSample,
-    StepsSample,
     TransferSample,
     TransportMeasurements,
-    steps_from_training,
 )
 from workloads.calibration_schema import (
-    BINDINGS,
     FORMAT,
     TRANSPORTS,
     CalibrationError,
-    load,
     plain,
     validate,
 )
 from workloads.calibration_stats import RESAMPLES, EtaFit, balls_into_bins, bootstrap, fit_eta
 
-__all__ = [
-    "BINDINGS", "FORMAT", "RESAMPLES", "TRANSPORTS", "BurstGeometry", "CalibrationError",
-    "CpuUse", "EtaFit", "LoadSample", "RecoverySample", "Regime", "RoundsSample",
-    "StepsSample", "TransferSample", "TransportMeasurements", "balls_into_bins", "bootstrap",
-    "calibration_record", "fit_eta", "load", "steps_from_training", "validate",
-]
+__all__ = ["calibration_record", "transport_record"]
 
 CREDIT_MARGIN = 1.5  # eta points below this many burst credits are left out of the fit
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from emu.fabric import Fabric
 from transports import harness
 from transports.harness import Transfer
-from workloads import calibration as cal
+from workloads.calibration_samples import TransferSample
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import checked, cpu_use, transport_config
 
@@ -27,7 +27,7 @@ def measure_eta(s: Session, fab: Fabric, src: str, dst: str, dci: bool) -> None:
             res = harness.run_transfers(fab, t, [Transfer(src, dst, size)],
                                         config=transport_config(t), deadline_s=120)
             checked(res)
-            sample = cal.TransferSample(rep, size, res.messages[0]["latency"], cpu_use(res))
+            sample = TransferSample(rep, size, res.messages[0]["latency"], cpu_use(res))
             (a.eta_dci if dci else a.eta).append(sample)
             s.say(f"  eta {'dci ' if dci else ''}{t} rep {rep}: {bdp:g} BDP ({size} B) "
                   f"in {sample.seconds * 1e3:.1f} ms, cpu {sample.cpu.max_core:.2f}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from emu.fabric import Fabric
 from transports import harness
 from transports.harness import Transfer
-from workloads import calibration as cal
+from workloads.calibration_samples import LoadSample
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import ECMP, checked, cpu_use, transport_config
 
@@ -38,7 +38,7 @@ def measure_load(s: Session, fab: Fabric) -> None:
             f = n = None
             if t in ECMP:
                 f, n = k * h, spec.spines * (spec.planes if t == "tcp" else 1)
-            sample = cal.LoadSample(rep, fpu, res.goodput_mbit, per_host * len(hosts),
+            sample = LoadSample(rep, fpu, res.goodput_mbit, per_host * len(hosts),
                                     cpu_use(res), f, n)
             s.samples(t).load.append(sample)
             s.say(f"  load {t} rep {rep}: {fpu:g} flows/uplink: "

@@ -17,6 +17,7 @@ from pathlib import Path
 from topologies import MultiPlaneClos, ScaleAcross
 from workloads import calibration as cal
 from workloads.calibration_plan import Plan
+from workloads.calibration_samples import Regime, StepsSample, TransportMeasurements
 from workloads.provenance import host_info, software_versions
 
 
@@ -25,9 +26,9 @@ class TransportSamples:
     """One transport's samples so far (mutable while measuring)."""
 
     probes: list[float] = field(default_factory=list)
-    regime: cal.Regime | None = None
+    regime: Regime | None = None
     dci_probes: list[float] = field(default_factory=list)
-    dci_regime: cal.Regime | None = None
+    dci_regime: Regime | None = None
     eta: list = field(default_factory=list)
     eta_dci: list = field(default_factory=list)
     load: list = field(default_factory=list)
@@ -46,7 +47,7 @@ class Measured:
         self.out, self.plan, self.spec, self.dci_spec = out, plan, spec, dci_spec
         self.command = command
         self.acc = {t: TransportSamples() for t in plan.transports}
-        self.steps: tuple[cal.StepsSample, ...] = ()
+        self.steps: tuple[StepsSample, ...] = ()
         self.steps_reason: str | None = "no --training-results given"
         self.versions, self.host = software_versions(), host_info()
         # sections of transports whose samples did not change are not recomputed
@@ -59,7 +60,7 @@ class Measured:
         for t, a in self.acc.items():
             if a.regime is None:
                 continue
-            transports[t] = cal.TransportMeasurements(
+            transports[t] = TransportMeasurements(
                 regime=a.regime, eta=tuple(a.eta), dci_regime=a.dci_regime,
                 eta_dci=tuple(a.eta_dci), load=tuple(a.load), healthy_rounds=tuple(a.healthy),
                 burst_rounds=tuple(a.bursts), recovery=tuple(a.recovery),

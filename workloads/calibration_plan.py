@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from emu.errors import EmuError
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross
-from workloads import calibration as cal
+from workloads.calibration_schema import TRANSPORTS
+from workloads.calibration_stats import RESAMPLES
 
 MEASUREMENTS = ("eta", "load", "tails", "recovery", "dci")
 FABRIC = MultiPlaneClos(planes=2, spines=4, leaves=2, hosts_per_leaf=4,
@@ -31,7 +32,7 @@ DCI_FABRIC = ScaleAcross(
 class Plan:
     """What one run measures. ``measure`` names the phases (``MEASUREMENTS``)."""
 
-    transports: tuple[str, ...] = cal.TRANSPORTS
+    transports: tuple[str, ...] = TRANSPORTS
     reps: int = 5
     eta_bdp: tuple[float, ...] = (0.5, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
     eta_dci_bdp: tuple[float, ...] = (0.5, 4.0, 16.0, 64.0)
@@ -47,13 +48,13 @@ class Plan:
     dblp_tolerance: float = 0.1
     measure: tuple[str, ...] = MEASUREMENTS
     seed: int = 0
-    resamples: int = cal.RESAMPLES
+    resamples: int = RESAMPLES
 
     def __post_init__(self) -> None:
-        bad = [t for t in self.transports if t not in cal.TRANSPORTS]
+        bad = [t for t in self.transports if t not in TRANSPORTS]
         if bad or not self.transports:
             raise EmuError(f"transports={','.join(self.transports)!r} is invalid: name some "
-                           f"of {', '.join(cal.TRANSPORTS)}")
+                           f"of {', '.join(TRANSPORTS)}")
         bad = [m for m in self.measure if m not in MEASUREMENTS]
         if bad:
             raise EmuError(f"measure={bad} is invalid: must be among {', '.join(MEASUREMENTS)}")

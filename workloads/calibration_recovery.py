@@ -17,7 +17,7 @@ from emu.fabric import Fabric
 from emu.failures import BusiestUplinkDown, LinkDown
 from transports import harness
 from transports.harness import Transfer
-from workloads import calibration as cal
+from workloads.calibration_samples import RecoverySample
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import ECMP, checked, cpu_use, transport_config
 
@@ -66,7 +66,7 @@ def measure_recovery(s: Session, fab: Fabric) -> None:
         checked(res)
         conv = cut.get("conv", {}).get("convergence_s")
         cpu = max(cpu_use(clean), cpu_use(res), key=lambda c: c.max_core)
-        sample = cal.RecoverySample(rep, clean.completion_s, res.completion_s, conv,
+        sample = RecoverySample(rep, clean.completion_s, res.completion_s, conv,
                                     t in ECMP, cpu)
         s.samples(t).recovery.append(sample)
         s.say(f"  recovery {t} rep {rep}: cut {cut['chosen'].link} at {cut['at']:.2f} s;"

@@ -1,6 +1,6 @@
 """Each transport's regime on a path, from its own one-packet RTT probes (calibration phase 1).
 
-Its one job: the :class:`~workloads.calibration.Regime` every other phase sizes its
+Its one job: the :class:`~workloads.calibration_samples.Regime` every other phase sizes its
 transfers by. Per repetition, two chained one-packet messages (one full frame per lane),
 the second one's post-to-ACK time (the first warms the path); the regime's rtt is their
 median plus the frame's serialisation (workloads/calibration.py), with the transport's
@@ -22,7 +22,7 @@ from transports import harness
 from transports.harness import Transfer
 from transports.plan import DEFAULT_CONFIG
 from transports.wire import HEADER_LEN
-from workloads import calibration as cal
+from workloads.calibration_samples import Regime
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import checked, transport_config
 
@@ -84,7 +84,7 @@ def _set_regime(s: Session, spec: MultiPlaneClos | ScaleAcross, t: str, src: str
     line = link.rate_mbit
     rtt_s = statistics.median(a.dci_probes if dci else a.probes) + wire * 8 / (line * 1e6)
     rto = TCP_RTO_MIN_S if t == "tcp" else _rto_floor(t, rtt_s)
-    regime = cal.Regime(
+    regime = Regime(
         rtt_s=rtt_s,
         payload_bytes=payload, frame_bytes=wire, line_mbit=line, lanes=lanes(spec, t),
         buffer_packets=buffer, binding="dci" if dci else "host_nic", rto_floor_s=rto,

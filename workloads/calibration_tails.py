@@ -20,7 +20,7 @@ from emu.microburst import Microburst, MicroburstSpec
 from transports import harness
 from transports.harness import Transfer, TransferResult
 from transports.tcp import TCP_PORT
-from workloads import calibration as cal
+from workloads.calibration_samples import BurstGeometry, RoundsSample
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import checked, cpu_use, transport_config
 
@@ -57,17 +57,17 @@ def measure_tails(s: Session, fab: Fabric) -> None:
         cfg = transport_config(t, sport=sport)
         res, _ = _rounds(s, fab, t, s.plan.healthy_rounds, bound, cfg, None)
         lat = tuple(m["latency"] for m in res.messages)
-        a.healthy.append(cal.RoundsSample(rep, None, lat, tuple(m["delivered"] for m in
+        a.healthy.append(RoundsSample(rep, None, lat, tuple(m["delivered"] for m in
                                                                 res.messages), cpu_use(res)))
         # bursts apart by a few rounds' time: a round meets at most about one burst
         gap = s.plan.burst_gap_rounds * s.plan.round_bytes * 8 / (regime.binding_mbit * 1e6)
         for g in s.plan.burst_rtts:
             on = g * regime.rtt_s
-            geo = cal.BurstGeometry(on, on + gap, 2, line, line)
+            geo = BurstGeometry(on, on + gap, 2, line, line)
             burst = MicroburstSpec(target, tuple(mates[:2]), on * 1e3, geo.every_s * 1e3,
                                    seed=rep)
             res, (hit, drops) = _rounds(s, fab, t, s.plan.rounds, bound, cfg, burst)
-            sample = cal.RoundsSample(rep, geo, tuple(m["latency"] for m in hit),
+            sample = RoundsSample(rep, geo, tuple(m["latency"] for m in hit),
                                       tuple(m["delivered"] for m in hit), cpu_use(res), drops)
             a.bursts.append(sample)
             worst = max(sample.latencies_s, default=0.0)

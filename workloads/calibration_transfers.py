@@ -13,7 +13,7 @@ import os
 
 from emu.errors import EmuError
 from transports.harness import TransferResult
-from workloads import calibration as cal
+from workloads.calibration_samples import CpuUse
 
 TCP_CONFIG = {"cc": "cubic"}  # Linux's default (this host's namespaces may default to BBR)
 # Shortest busy time CPU use is taken over: a driver's fixed start-up work (tens of ms for
@@ -37,11 +37,11 @@ def checked(res: TransferResult) -> TransferResult:
     return res
 
 
-def cpu_use(res: TransferResult) -> cal.CpuUse:
+def cpu_use(res: TransferResult) -> CpuUse:
     """Cores of each driver: CPU seconds over its busy time (from the common start to its
     last completion, at least ``CPU_WINDOW_S``)."""
     drivers = []
     for host, d in sorted(res.drivers.items()):
         busy = max((m["t"] for m in d["messages"] if m.get("t") is not None), default=0.0)
         drivers.append((host, round(d["cpu_s"] / max(busy, CPU_WINDOW_S), 4)))
-    return cal.CpuUse(tuple(drivers), os.cpu_count() or 1)
+    return CpuUse(tuple(drivers), os.cpu_count() or 1)

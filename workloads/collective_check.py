@@ -25,6 +25,8 @@ from emu.errors import EmuError
 from emu.launch import ChildGroup
 from transports.plan import DEFAULT_CONFIG
 from workloads import collectives as col
+from workloads.collective_schedules import all_to_all_recv_len, block_bounds
+from workloads.collective_transpose import transpose_allreduce
 
 READY_TIMEOUT_S = 120.0  # for every rank to import torch and bind its sockets
 LINGER_S = 0.5  # answer the peers' retransmissions for this long after the last collective
@@ -44,11 +46,11 @@ def reference(size: int, n: int, seed: int, groups: list[list[int]] | None) -> l
     xs = [inputs(r, n, seed) for r in range(size)]
     # summed over axis 0 of the stacked 1-D inputs: an array, not a scalar
     total = cast(np.ndarray, np.sum(xs, axis=0, dtype=np.float32))
-    blocks = col.block_bounds(n, size)
+    blocks = block_bounds(n, size)
     out = []
     for r in range(size):
         lo, hi = blocks[r]
-        a2a = np.concatenate([xs[j][slice(*col.block_bounds(n, size)[r])] for j in range(size)])
+        a2a = np.concatenate([xs[j][slice(*block_bounds(n, size)[r])] for j in range(size)])
         want = {"allreduce": sha(total), "transpose": sha(total),
                 "reduce_scatter": sha(total[lo:hi]), "all_gather": sha(_gathered(xs, blocks)),
                 "all_to_all": sha(a2a)}
@@ -80,16 +82,16 @@ def run_rank(cfg: dict) -> dict:
         drive(col.ring_allreduce(comm, buf), comm)
         out["allreduce"] = sha(buf)
         buf = x.copy()
-        drive(col.transpose_allreduce(comm, buf), comm)
+        drive(transpose_allreduce(comm, buf), comm)
         out["transpose"] = sha(buf)
         buf = x.copy()
         drive(col.reduce_scatter(comm, buf), comm)
-        lo, hi = col.block_bounds(n, size)[r]
+        lo, hi = block_bounds(n, size)[r]
         out["reduce_scatter"] = sha(buf[lo:hi])
         buf = x.copy()
         drive(col.all_gather(comm, buf), comm)
         out["all_gather"] = sha(buf)
-        recv = np.zeros(col.all_to_all_recv_len(n, size, r), dtype=np.float32)
+        recv = np.zeros(all_to_all_recv_len(n, size, r), dtype=np.float32)
         drive(col.all_to_all(comm, x.copy(), recv), comm)
         out["all_to_all"] = sha(recv)
         if cfg.get("groups"):
@@ -100,7 +102,7 @@ def run_rank(cfg: dict) -> dict:
             from transports.bound import LossBound
 
             buf = x.copy()
-            res = drive(col.transpose_allreduce(comm, buf, bound=LossBound(**cfg["bound"])),
+            res = drive(transpose_allreduce(comm, buf, bound=LossBound(**cfg["bound"])),
                         comm)
             out["bounded"] = {"values": buf.tolist(), "lost": [list(p) for p in res.lost],
                               "lost_pairs": res.lost_pairs, "delivered": list(res.delivered)}

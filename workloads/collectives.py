@@ -1,5 +1,4 @@
-"""Collective operations over any ``Comm``, on flat float32 numpy arrays: the reliable ones,
-and the one front door to every collective.
+"""The reliable collective operations over any ``Comm``, on flat float32 numpy arrays.
 
 Its one job is the reliable collectives: ``ring_allreduce`` (ring reduce-scatter, then
 ring all-gather), ``reduce_scatter`` and ``all_gather`` (ring), ``all_to_all`` (direct)
@@ -13,8 +12,8 @@ done, so the same code runs on a blocking comm (``drive``) and on the fake netwo
 (``workloads.fakecomm``), where many ranks interleave in virtual time. The generator's
 value is a ``CollectiveResult``.
 
-The parts live in their own modules, and their public names are re-exported here
-(``__all__``) so that callers import every collective from one place:
+The other parts of the collectives live in modules of their own (import each name from
+its module):
 
 * ``workloads.collective_schedules``: schedules as data (``Step``, ``Send``, ``Recv``,
   ``block_bounds``, the ``*_schedule`` builders, ``check_groups``);
@@ -31,48 +30,27 @@ from collections.abc import Sequence
 import numpy as np
 
 from workloads.collective_executor import (
-    ITEM,
     Collective,
-    CollectiveResult,
     Tally,
     check_array,
     check_comm,
     check_flag,
     finish,
-    merge_ranges,
     run_steps,
 )
 from workloads.collective_schedules import (
-    OPS,
-    Recv,
-    Schedule,
-    Send,
-    Step,
-    all_gather_schedule,
     all_to_all_recv_len,
-    all_to_all_schedule,
     all_to_all_steps,
     block_bounds,
     check_groups,
-    hierarchical_allreduce_schedule,
     hierarchical_phases,
-    reduce_scatter_schedule,
     ring_ag_steps,
-    ring_allreduce_schedule,
     ring_rs_steps,
-    transpose_allreduce_schedule,
 )
-from workloads.collective_transpose import transpose_allreduce
 from workloads.comm import Comm
 
-__all__ = [
-    "ITEM", "OPS", "Collective", "CollectiveResult", "Recv", "Schedule", "Send", "Step",
-    "all_gather", "all_gather_schedule", "all_to_all", "all_to_all_recv_len",
-    "all_to_all_schedule", "block_bounds", "check_groups", "hierarchical_allreduce",
-    "hierarchical_allreduce_schedule", "merge_ranges", "reduce_scatter",
-    "reduce_scatter_schedule", "ring_allreduce", "ring_allreduce_schedule",
-    "transpose_allreduce", "transpose_allreduce_schedule",
-]
+__all__ = ["all_gather", "all_to_all", "hierarchical_allreduce", "reduce_scatter",
+           "ring_allreduce"]
 
 
 # ---- the collectives ----------------------------------------------------------------------

@@ -32,6 +32,8 @@ import torch
 
 from transports.bound import LossBound
 from workloads import collectives
+from workloads.collective_schedules import block_bounds
+from workloads.collective_transpose import transpose_allreduce
 from workloads.comm import drive
 from workloads.dblpconfig import DblpConfig
 from workloads.phase import OptiReduceDeadline, Signals
@@ -123,7 +125,7 @@ class GradSync:
                 arr += res_buf
             # A lost contribution counts as zero in the sum (zeros fill); with error
             # feedback its sender adds it to its next round, so nothing is lost.
-            res = drive(collectives.transpose_allreduce(
+            res = drive(transpose_allreduce(
                 self.comm, arr, average=False, bound=bound,
                 bounded_gather=d.bounded_gather), self.comm)
             arr /= self.world
@@ -155,7 +157,7 @@ class GradSync:
 
     def _shared_norm_sq(self, arr: np.ndarray) -> float:
         """The squared norm of ``arr`` from each owner's exact block, all-gathered."""
-        lo, hi = collectives.block_bounds(arr.size, self.world)[self.comm.rank]
+        lo, hi = block_bounds(arr.size, self.world)[self.comm.rank]
         sq = np.zeros(self.world, dtype=np.float32)
         sq[self.comm.rank] = np.dot(arr[lo:hi], arr[lo:hi])
         drive(collectives.all_gather(self.comm, sq), self.comm)
@@ -176,5 +178,5 @@ class GradSync:
             assert self.groups is not None  # worker_configs gives hierarchical its groups
             return collectives.hierarchical_allreduce(self.comm, arr, self.groups, average=True)
         if self.collective == "transpose":
-            return collectives.transpose_allreduce(self.comm, arr, average=True)
+            return transpose_allreduce(self.comm, arr, average=True)
         return collectives.ring_allreduce(self.comm, arr, average=True)

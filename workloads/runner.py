@@ -30,18 +30,9 @@ from pathlib import Path
 from emu.errors import require_root
 from emu.fabric import Fabric
 from workloads.experiment import Experiment
-from workloads.overruns import overrun_stats as overrun_stats
 from workloads.overruns import refuse_overruns
 from workloads.results import ResultsWriter
-from workloads.training_run import RunOutcome as RunOutcome
 from workloads.variants import Variant, run_variants
-from workloads.variants import schedule as schedule
-from workloads.worker_job import WorkerJob
-
-# tests/unit/test_records.py reaches these through this module as a namespace
-# (``rn.RunOutcome``, ``rn.schedule``, ``rn.overrun_stats``, ``rn._Job``, ...): re-exported
-# from their homes above; nothing else should use them from here.
-_Job = WorkerJob
 
 
 def measure_rtt(fab: Fabric, a: str, b: str) -> float | None:

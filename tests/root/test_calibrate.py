@@ -8,9 +8,9 @@ import pytest
 
 from emu.kernel import htb_class
 from topologies import LinkSpec, MultiPlaneClos
-from workloads import calibration as cal
 from workloads.calibrate import Calibration
 from workloads.calibration_plan import Plan
+from workloads.calibration_schema import load
 
 pytestmark = pytest.mark.root
 
@@ -24,7 +24,7 @@ def test_tiny_calibration_writes_a_consistent_v2_record(tmp_path):
     lines: list[str] = []
     rec = Calibration(out, PLAN, say=lines.append, spec=SPEC, dci_spec=None,
                       name="caltest").run()
-    assert cal.load(out) == rec  # written, valid, and what run() returned
+    assert load(out) == rec  # written, valid, and what run() returned
     assert rec["fabric"]["planes"] == 2 and rec["fabric"]["dci"] is None
     assert list(rec["transports"]) == ["mrc"]
     mrc = rec["transports"]["mrc"]

@@ -19,7 +19,9 @@ from transports.bench_robustness import (
     predict_build_s,
     search_rate,
 )
-from transports.driver import Conn, RecvStream, RssSampler, SendStream
+from transports.driver_footprint import RssSampler
+from transports.driver_sockets import Conn
+from transports.driver_streams import RecvStream, SendStream
 from transports.mrc import MrcConfig, MrcCore
 from transports.plan import message_bytes
 from transports.soak import DEFAULT_STREAMS, Stream, reconcile, rss_fit, slope, stream_plans
@@ -135,7 +137,7 @@ def receiver_core() -> MrcCore:
 
 
 def demux(core: MrcCore, data: bytes, unknown: list[int]) -> None:
-    """What the driver does: by connection id at offset 4 (transports/driver.py)."""
+    """What the driver does: by connection id at offset 4 (transports/driver_sockets.py)."""
     conn = int.from_bytes(data[4:8], "big") if len(data) >= 8 else -1
     if conn != core.conn:
         unknown[0] += 1

@@ -9,6 +9,8 @@ from dataclasses import replace
 import pytest
 
 from workloads import calibration as cal
+from workloads import calibration_schema as schema
+from workloads import calibration_stats as stats
 from workloads.calibration_samples import (
     BurstGeometry,
     CpuUse,
@@ -19,6 +21,7 @@ from workloads.calibration_samples import (
     StepsSample,
     TransferSample,
     TransportMeasurements,
+    steps_from_training,
 )
 from workloads.calibration_schema import CalibrationError
 
@@ -68,16 +71,16 @@ def test_fit_recovers_eta_and_overhead_exactly():
     sizes = [60_000, 150_000, 600_000, 3_000_000, 150_000]
     for credit in (0.0, 36_000.0):
         secs = [0.003 + (s - credit) * 8 / (0.8 * 20e6) for s in sizes]
-        fit = cal.fit_eta(sizes, secs, 20.0, credit)
+        fit = stats.fit_eta(sizes, secs, 20.0, credit)
         assert fit.eta == pytest.approx(0.8, rel=1e-9)
         assert fit.overhead_s == pytest.approx(0.003, abs=1e-12)
 
 
 def test_fewer_than_three_sizes_is_an_error_naming_it():
     with pytest.raises(CalibrationError, match="at least 3 distinct message sizes, got 2"):
-        cal.fit_eta([1000, 1000, 20000], [0.1, 0.1, 0.2], 10.0)
+        stats.fit_eta([1000, 1000, 20000], [0.1, 0.1, 0.2], 10.0)
     with pytest.raises(CalibrationError, match=r"largest message >= 10x the smallest"):
-        cal.fit_eta([1000, 2000, 5000], [0.1, 0.2, 0.3], 10.0)
+        stats.fit_eta([1000, 2000, 5000], [0.1, 0.2, 0.3], 10.0)
 
 
 def test_eta_section_values_and_overhead_in_rtts():
@@ -134,13 +137,13 @@ def test_bootstrap_contains_the_value_and_is_seeded():
               sec1["recovery"]["link_cut"] | {"value": sec1["recovery"]["link_cut"][
                   "recovery_rtts"]}):
         assert e["lo"] <= e["value"] <= e["hi"], e
-    lo, hi = cal.bootstrap([1.0, 2.0, 3.0, 4.0], lambda xs: sum(xs) / len(xs), seed=1)
+    lo, hi = stats.bootstrap([1.0, 2.0, 3.0, 4.0], lambda xs: sum(xs) / len(xs), seed=1)
     assert 1.0 <= lo < 2.5 < hi <= 4.0  # the percentile interval itself, not widened
-    assert cal.bootstrap([1.0, 2.0, 3.0, 4.0], lambda xs: sum(xs) / len(xs), seed=1,
+    assert stats.bootstrap([1.0, 2.0, 3.0, 4.0], lambda xs: sum(xs) / len(xs), seed=1,
                          value=5.0) == (lo, 5.0)  # widened to contain a value outside
-    assert cal.bootstrap([], lambda xs: 1.0, seed=1) == (None, None)
+    assert stats.bootstrap([], lambda xs: 1.0, seed=1) == (None, None)
     with pytest.raises(CalibrationError, match="resamples=10"):
-        cal.bootstrap([1.0], lambda xs: 1.0, seed=1, resamples=10)
+        stats.bootstrap([1.0], lambda xs: 1.0, seed=1, resamples=10)
 
 
 def test_load_tail_recovery_and_dblp_reductions_exactly():
@@ -169,8 +172,8 @@ def test_load_tail_recovery_and_dblp_reductions_exactly():
     assert sec["dblp"]["delivered_fraction"]["value"] == pytest.approx(0.8)
     assert sec["dblp"]["steps_ratio"] is None
     assert sec["dblp"]["steps_ratio_reason"] == "no training results given"
-    assert cal.balls_into_bins(8, 4) == pytest.approx(4 * (1 - 0.75 ** 8) / 4)
-    assert cal.balls_into_bins(2, 8) == pytest.approx(8 * (1 - (7 / 8) ** 2) / 2)
+    assert stats.balls_into_bins(8, 4) == pytest.approx(4 * (1 - 0.75 ** 8) / 4)
+    assert stats.balls_into_bins(2, 8) == pytest.approx(8 * (1 - (7 / 8) ** 2) / 2)
 
 
 def test_recovery_waiting_for_an_unmeasured_convergence_is_excluded():
@@ -232,7 +235,7 @@ def test_record_round_trips_through_json(tmp_path):
     assert rec["format"] == "scaleacross-emu/calibration/2"
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(rec, allow_nan=False))
-    assert cal.load(path) == rec
+    assert schema.load(path) == rec
     assert rec["transports"]["dblp"]["dblp"]["steps_ratio"]["value"] == pytest.approx(0.925)
     assert rec["transports"]["mrc"]["dblp"] is None
 
@@ -242,26 +245,26 @@ def test_validation_names_the_bad_field(tmp_path):
     bad = json.loads(json.dumps(rec))
     bad["transports"]["mrc"]["eta"]["value"] = math.inf
     with pytest.raises(CalibrationError, match=r"record.transports.mrc.eta.value=inf"):
-        cal.validate(bad)
+        schema.validate(bad)
     bad = json.loads(json.dumps(rec))
     bad["transports"]["mrc"]["regime"]["colour"] = "blue"
     with pytest.raises(CalibrationError, match=r"regime: unknown keys \['colour'\]"):
-        cal.validate(bad)
+        schema.validate(bad)
     bad = json.loads(json.dumps(rec))
     bad["format"] = "scaleacross-emu/calibration/1"
     with pytest.raises(CalibrationError, match="calibration/2"):
-        cal.validate(bad)
+        schema.validate(bad)
     bad = json.loads(json.dumps(rec))
     bad["transports"]["mrc"]["eta"]["overhead_rtts_hi"] = -100.0
     with pytest.raises(CalibrationError, match=r"eta: overhead_rtts=.* is outside"):
-        cal.validate(bad)
+        schema.validate(bad)
     bad = json.loads(json.dumps(rec))
     del bad["transports"]["mrc"]["recovery"]["link_cut"]["lo"]
     with pytest.raises(CalibrationError, match=r"missing keys \['lo'\]"):
-        cal.validate(bad)
+        schema.validate(bad)
     (tmp_path / "x.json").write_text("{")
     with pytest.raises(CalibrationError, match="not JSON"):
-        cal.load(tmp_path / "x.json")
+        schema.load(tmp_path / "x.json")
 
 
 def test_regime_validation_names_the_value():
@@ -286,7 +289,7 @@ def _training_records(steps_mrc, steps_dblp, bounded=False):
 
 
 def test_steps_ratio_from_training_results():
-    samples, reason = cal.steps_from_training(_training_records(40, 30))
+    samples, reason = steps_from_training(_training_records(40, 30))
     assert reason is None and samples == (StepsSample(0, 30, 40),)
-    samples, reason = cal.steps_from_training(_training_records(40, 30, bounded=True))
+    samples, reason = steps_from_training(_training_records(40, 30, bounded=True))
     assert samples == () and "no DBLP run" in reason

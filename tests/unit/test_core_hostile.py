@@ -10,7 +10,7 @@ import pytest
 
 from transports import wire
 from transports.dblp import DblpCore, LossBound
-from transports.driver import Conn, HostSockets
+from transports.driver_sockets import Conn, HostSockets
 from transports.message import UNPOSTED_MSG_COST, Reassembly
 from transports.mrc import MrcConfig, MrcCore
 from transports.wire import ACK, DATA, FLAG_SACK, FLAG_STOP, HEADER_LEN, pack_header

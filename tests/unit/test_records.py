@@ -15,10 +15,10 @@ import pytest
 
 from emu.errors import EmuError
 from workloads import experiment
-from workloads import runner as rn
 from workloads import worker as wk
 from workloads.dblpconfig import DblpConfig
 from workloads.jobstep import OverrunStats, StepAggregator
+from workloads.overruns import overrun_stats, refuse_overruns
 from workloads.phase import PhaseAwareConfig
 from workloads.recordcodec import decode, encode
 from workloads.records import (
@@ -32,6 +32,9 @@ from workloads.records import (
     WorkerConfig,
     WorkerError,
 )
+from workloads.training_run import RunOutcome
+from workloads.variants import Variant, schedule
+from workloads.worker_job import WorkerJob
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -227,14 +230,14 @@ def _exp(**workload) -> experiment.Experiment:
 
 
 def test_refuse_overruns_names_the_runs_above_five_percent():
-    ok = rn.RunOutcome("mrc", 0, True, overruns=OverrunStats(100, 5, (100, 100), (3, 2)))
-    bad = rn.RunOutcome("rc", 1, True, overruns=OverrunStats(100, 6, (100, 100), (6, 0)))
-    allowed = rn.RunOutcome("gloo", 0, True, overruns=OverrunStats(10, 9, (10,), (9,)),
+    ok = RunOutcome("mrc", 0, True, overruns=OverrunStats(100, 5, (100, 100), (3, 2)))
+    bad = RunOutcome("rc", 1, True, overruns=OverrunStats(100, 6, (100, 100), (6, 0)))
+    allowed = RunOutcome("gloo", 0, True, overruns=OverrunStats(10, 9, (10,), (9,)),
                             allow_overruns=True)
-    measured = rn.RunOutcome("x", 0, True)
-    rn.refuse_overruns([ok, allowed, measured])  # 5 % exactly is within the limit
+    measured = RunOutcome("x", 0, True)
+    refuse_overruns([ok, allowed, measured])  # 5 % exactly is within the limit
     with pytest.raises(EmuError) as info:
-        rn.refuse_overruns([ok, bad, allowed])
+        refuse_overruns([ok, bad, allowed])
     msg = str(info.value)
     assert "rc rep 1: 6 of 100 steps (6%; per rank 6%, 0%)" in msg
     assert "mrc" not in msg and "allow_overruns = true" in msg
@@ -242,10 +245,10 @@ def test_refuse_overruns_names_the_runs_above_five_percent():
 
 def test_schedule_interleaves_repetitions():
     a, b = _exp(), experiment.with_overrides(_exp(), {"repetitions": 2})
-    vs = [rn.Variant("a", a), rn.Variant("b", b)]
-    order = [(v.label, rep) for v, rep in rn.schedule(vs, interleave=True)]
+    vs = [Variant("a", a), Variant("b", b)]
+    order = [(v.label, rep) for v, rep in schedule(vs, interleave=True)]
     assert order == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2)]
-    order = [(v.label, rep) for v, rep in rn.schedule(vs, interleave=False)]
+    order = [(v.label, rep) for v, rep in schedule(vs, interleave=False)]
     assert order == [("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1)]
 
 
@@ -258,9 +261,9 @@ def test_overrun_stats_from_results_records():
         for r in range(2):
             recs.append({"type": "step", "label": "a", "rep": 1, "rank": r, "step": s,
                          "overrun": s == 2 and r == 1})
-    st = rn.overrun_stats(recs, "a", 1)
+    st = overrun_stats(recs, "a", 1)
     assert st == OverrunStats(4, 1, (4, 4), (0, 1))
-    assert rn.overrun_stats(recs, "m", 0) is None
+    assert overrun_stats(recs, "m", 0) is None
 
 
 # --- the worker's gate and the runner's gate loop (fake workers, no namespaces) -----------
@@ -332,7 +335,7 @@ def test_job_holds_every_rank_at_its_gates():
             log.append(("gate", step))
         return {1: 3, 3: None}[step]
 
-    job = rn._Job(fab, cfgs, on_record)
+    job = WorkerJob(fab, cfgs, on_record)
     try:
         job.wait_ready(30)
         job.start(time.monotonic())

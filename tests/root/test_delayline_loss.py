@@ -1,0 +1,93 @@
+"""Root tests of the DCI delay line's random loss: its fraction, and the same drops
+for the same seed (the rig in tests/root/delayline_rig.py)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from .delayline_rig import (
+    ADDR_A,
+    ADDR_B,
+    PROBE_PORT,
+    SO_RCVBUFFORCE,
+    Namespace,
+    namespace_pair,
+    open_line,
+    udp,
+)
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[Namespace, Namespace]]:
+    yield from namespace_pair()
+
+
+def test_loss_fraction(pair: tuple[Namespace, Namespace]) -> None:
+    loss, n = 0.1, 3000
+    line = open_line(pair, 0.5, loss=loss, seed=7)
+    a, b = pair
+    rx = udp(b, ADDR_B, PROBE_PORT)
+    rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)  # holds all n datagrams
+    tx = udp(a, ADDR_A)
+    try:
+        for seq in range(n):
+            tx.sendto(struct.pack("!I", seq), (ADDR_B, PROBE_PORT))
+            if seq % 50 == 49:
+                time.sleep(0.002)  # stay far below every queue limit
+        time.sleep(0.1)
+        rx.setblocking(False)
+        got = set()
+        while True:
+            try:
+                got.add(struct.unpack("!I", rx.recv(64))[0])
+            except BlockingIOError:
+                break
+    finally:
+        rx.close()
+        tx.close()
+        line.stop()
+    st = line.stats().a_to_b
+    sigma = (n * loss * (1 - loss)) ** 0.5
+    print(f"loss {loss}: {n - len(got)} of {n} lost (expected {n * loss:.0f} +- {sigma:.1f})")
+    assert st.lost + st.relayed == n  # every frame A sent crossed the relay or was dropped
+    assert st.overflow == st.errors == 0
+    assert len(got) == st.relayed
+    assert abs(st.lost - n * loss) <= 5 * sigma
+
+
+def test_loss_is_reproducible(pair: tuple[Namespace, Namespace]) -> None:
+    a, b = pair
+
+    def run(seed: int) -> list[int]:
+        line = open_line(pair, 0.0, loss=0.5, seed=seed)
+        rx = udp(b, ADDR_B, PROBE_PORT)
+        tx = udp(a, ADDR_A)
+        try:
+            for seq in range(200):
+                tx.sendto(struct.pack("!I", seq), (ADDR_B, PROBE_PORT))
+                time.sleep(0.0002)
+            # every survivor, however late a busy machine relays it: read until the
+            # line has been quiet for a while (a lost last datagram sends nothing)
+            rx.settimeout(0.3)
+            got = []
+            while True:
+                try:
+                    got.append(struct.unpack("!I", rx.recv(64))[0])
+                except TimeoutError:
+                    return got
+        finally:
+            rx.close()
+            tx.close()
+            line.stop()
+
+    first, again, other = run(3), run(3), run(4)
+    assert first == again
+    assert first != other
+    assert 60 < len(first) < 140
