@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from emu.errors import EmuError
 from commands.reproduce.command import configure as configure_reproduce
 from commands.sweep.command import configure as configure_sweep
+from emu.errors import EmuError
 from explorer.command import configure_parser as configure_explore
 from explorer.spec import SpecError
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross, TopologyError
@@ -216,6 +216,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from explorer.bench import bench_explorer
 
         res = bench_explorer(say=_progress, quick=args.quick)
+    elif args.bench == "sweep":
+        from commands.sweep.bench import bench_sweep
+
+        res = bench_sweep(say=_progress, quick=args.quick)
     else:
         from emu.bench_failover import bench_failover
 
@@ -341,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench("explorer", "the explorer: search speed on the reference space, speed-ups over "
           "baselines on a grid, validation errors (no root)", "fewer axis values, no points "
           "file, a corner of the grid")
+    bench("sweep", "emu sweep on a local Ray cluster vs the same points run one by one: "
+          "overhead per point, projected wall time of a 1,000-point sweep on N nodes",
+          "the smoke sweep's --quick form")
     bo = bsub.add_parser("failover", help="ECMP + BFD/BGP: convergence and loss per failure")
     bo.add_argument("--json", action="store_true")
     _bfd_args(bo)

@@ -79,9 +79,9 @@ if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" || scripts/setup.sh -nt "$STA
         export PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
     fi
     "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
-        --config-settings editable_mode=compat -e '.[test]'
+        --config-settings editable_mode=compat -e '.[test,sweep]'
     touch "$STAMP"
-    did+=("pip install -e '.[test]' into .venv")
+    did+=("pip install -e '.[test,sweep]' into .venv")
 fi
 
 if ((${#did[@]})); then

@@ -1,0 +1,146 @@
+"""Sweep files: what a sweep varies, read and checked before anything runs.
+
+``load(path)`` reads a sweep file (the reference is the package docstring) into a
+:class:`SweepFile`. Only the sweep's own keys are checked here (unknown keys, empty or
+non-list axes, a key given twice); what the axes *mean* is the experiment's business:
+every point is validated by the experiment's own loader and overrides (grid.py), so
+there is one validator of experiment keys.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from emu.errors import EmuError
+from workloads.experiment import limits
+from workloads.experiment.reader import Table, type_name
+
+__all__ = ["DEFAULT_RETRIES", "MAX_RETRIES", "TOP", "SweepFile", "flatten", "load", "parse"]
+
+TOP = ("name", "description", "base", "seeds", "repetitions", "retries", "set", "axes",
+       "quick")
+DEFAULT_RETRIES = 1
+MAX_RETRIES = 10
+
+
+@dataclass(frozen=True)
+class SweepFile:
+    """A sweep as its file states it (paths resolved, dotted keys flattened).
+
+    ``axes``: (experiment key, values) in file order, ``seed`` last when ``seeds`` is
+    given; ``fixed``: the ``[set]`` overrides of every point; ``quick``: what ``--quick``
+    adds on top of them; ``repetitions``: every point's, None to keep the base's.
+    """
+
+    name: str
+    base: str
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    quick: Mapping[str, Any] = field(default_factory=dict)
+    repetitions: int | None = None
+    retries: int = DEFAULT_RETRIES
+    description: str = ""
+    source: str = "<sweep>"
+
+    @property
+    def size(self) -> int:
+        """The number of points of the grid."""
+        n = 1
+        for _, values in self.axes:
+            n *= len(values)
+        return n
+
+
+def flatten(where: str, table: str, data: object) -> dict[str, Any]:
+    """``{"fabric": {"dcs": 2}}`` -> ``{"fabric.dcs": 2}`` (a quoted ``"fabric.dcs"`` key
+    reads the same); a value that is not a table ends a key."""
+    if not isinstance(data, Mapping):
+        raise EmuError(f"{where}: [{table}] must be a table of experiment keys, not "
+                       f"{type_name(data)}")
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Mapping[str, Any]) -> None:
+        for k, v in node.items():
+            key = f"{prefix}.{k}" if prefix else k
+            if isinstance(v, Mapping) and v:
+                walk(key, v)
+            else:
+                out[key] = v
+    walk("", data)
+    return out
+
+
+def load(path: str | Path) -> SweepFile:
+    """Read and check a sweep file (see the package docstring)."""
+    p = Path(path)
+    if not p.is_file():
+        raise EmuError(f"sweep file {str(p)!r} does not exist")
+    if p.suffix != ".toml":
+        raise EmuError(f"sweep file {str(p)!r}: must be a .toml file")
+    try:
+        data = tomllib.loads(p.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise EmuError(f"{p}: not valid TOML: {e}") from None
+    return parse(data, str(p), base_dir=p.resolve().parent)
+
+
+def parse(data: Mapping[str, Any], where: str = "<sweep>",
+          base_dir: str | Path | None = None) -> SweepFile:
+    """Check a sweep given as a dict; ``base`` is looked up relative to ``base_dir``
+    first, then the working directory."""
+    top = Table(where, "", data, TOP)
+    name = top.get_str("name", pattern=limits.NAME, what=limits.NAME_RULE)
+    description = top.get_str("description", "")
+    base = _base(top, where, base_dir)
+    repetitions = top.get_int("repetitions", None, 1)
+    retries = top.get_int("retries", DEFAULT_RETRIES, 0, MAX_RETRIES)
+    fixed = flatten(where, "set", data.get("set", {}))
+    quick = flatten(where, "quick", data.get("quick", {}))
+    raw_axes = flatten(where, "axes", data.get("axes", {}))
+    axes: list[tuple[str, tuple[Any, ...]]] = []
+    for key, values in raw_axes.items():
+        if not isinstance(values, list):
+            raise EmuError(f"{where}: axes.{key} = {values!r} is invalid: an axis must be an "
+                           "array of values, e.g. [1.0, 5.0]")
+        if not values:
+            raise EmuError(f"{where}: axes.{key} is empty: an axis needs at least one value")
+        axes.append((key, tuple(values)))
+    if "seeds" in data:
+        seeds = data["seeds"]
+        if not isinstance(seeds, list) or not seeds or not all(
+                isinstance(s, int) and not isinstance(s, bool) for s in seeds):
+            top.fail("seeds", "must be a non-empty array of integers", seeds)
+        if "seed" in raw_axes:
+            raise EmuError(f"{where}: seeds and axes.seed both vary the seed: keep one")
+        axes.append(("seed", tuple(seeds)))
+    if not axes:
+        raise EmuError(f"{where}: no axis: give [axes] (experiment key = [values, ...]) "
+                       "or seeds")
+    for key in fixed:
+        if key in dict(axes):
+            raise EmuError(f"{where}: {key} is both in [set] and an axis: keep one")
+    for key in ("repetitions", "name"):
+        for table, keys in (("set", fixed), ("axes", dict(axes)), ("quick", quick)):
+            if key in keys:
+                raise EmuError(f"{where}: {table}.{key} is not allowed: "
+                               + ("the sweep's top-level repetitions sets every point's"
+                                  if key == "repetitions" else
+                                  "points are named by the sweep (their ids tell them apart)"))
+    return SweepFile(name=name, base=base, axes=tuple(axes), fixed=fixed, quick=quick,
+                     repetitions=repetitions, retries=retries, description=description,
+                     source=where)
+
+
+def _base(top: Table, where: str, base_dir: str | Path | None) -> str:
+    base = top.get_str("base", what="the path of an experiment file (.toml)")
+    candidates = [Path(base)] if Path(base).is_absolute() else (
+        ([Path(base_dir) / base] if base_dir is not None else []) + [Path(base)])
+    for c in candidates:
+        if c.is_file():
+            return str(c.resolve())
+    tried = ", ".join(repr(str(c)) for c in candidates)
+    raise EmuError(f"{where}: base = {base!r}: no such experiment file (tried {tried})")

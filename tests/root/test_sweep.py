@@ -1,0 +1,198 @@
+"""`emu sweep` on a local one-node Ray cluster (root): every point once, never two fabrics
+at once on the node, results gathered and aggregated; a point that fails at run time is
+retried then reported failed while the others complete; Ctrl-C keeps what is done and
+--resume runs only the rest."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from commands.sweep.cluster import connect
+from commands.sweep.run import run_sweep
+from commands.sweep.store import read_records
+from explorer.calibration import load_calibration
+from workloads.results import read_jsonl
+
+pytestmark = pytest.mark.root
+
+# The smallest run: 2 workers on a 2 x 2 x 2 x 1 fabric, 8 steps (about 6 s a point).
+BASE = """\
+name = "sweeptest"
+seed = 1
+[fabric]
+planes = 2
+spines = 2
+leaves = 2
+hosts_per_leaf = 1
+[workload]
+model = "digits_cnn"
+workers = 2
+steps = 8
+batch_size = 32
+eval_every = 4
+target_accuracy = 0.5
+"""
+
+
+def _sweep(d: Path, body: str, base: str = BASE) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "base.toml").write_text(base)
+    (d / "s.toml").write_text(f'name = "t"\nbase = "base.toml"\n{body}')
+    return d / "s.toml"
+
+
+def _attempts(out: Path) -> list[dict]:
+    return [r for r in read_records(out / "sweep.jsonl") if r["type"] == "attempt"]
+
+
+def _netns_left() -> list[str]:
+    return [n for n in os.listdir("/run/netns") if n.startswith("sae-run-")] \
+        if os.path.isdir("/run/netns") else []
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with connect("local", say=lambda m: None) as info:
+        yield info
+
+
+@pytest.fixture(scope="module")
+def grid4(cluster, tmp_path_factory):
+    d = tmp_path_factory.mktemp("grid4")
+    f = _sweep(d, 'seeds = [1, 2]\n[axes]\n"transport.name" = ["mrc", "rc"]\n')
+    res = run_sweep(f, cluster="local", out=d / "out", say=lambda m: None)
+    return res
+
+
+def test_every_point_runs_once_never_two_fabrics_at_once(grid4, cluster):
+    assert cluster.slots == 1 and cluster.nodes == 1
+    atts = _attempts(grid4.out)
+    assert sorted(a["id"] for a in atts) == sorted(p.id for p in grid4.points)
+    assert all(a["status"] == "done" and a["attempt"] == 1 for a in atts)
+    # one node, one fabric slot: the points' runs (fabric build to teardown, on the node's
+    # clock) follow one another
+    assert len({a["node"] for a in atts}) == 1
+    spans = sorted((a["start"], a["end"]) for a in atts)
+    assert all(s < e for s, e in spans)
+    assert all(e0 <= s1 for (_, e0), (s1, _) in zip(spans, spans[1:], strict=False))
+    assert _netns_left() == []
+
+
+def test_results_come_back_and_are_aggregated(grid4):
+    out = grid4.out
+    for p in grid4.points:
+        d = out / "points" / p.id
+        assert {"results.jsonl", "steps.csv", "calibration.json", "time_to_accuracy.png",
+                "point.log"} <= {f.name for f in d.iterdir()}
+        recs = read_jsonl(d / "results.jsonl")
+        meta = next(r for r in recs if r["type"] == "meta")
+        assert meta["experiment"]["transport"]["name"] == dict(p.values)["transport.name"]
+        assert meta["experiment"]["seed"] == dict(p.values)["seed"]
+        assert [r["steps"] for r in recs if r["type"] == "summary"] == [8]
+    doc = json.loads((out / "grid.json").read_text())
+    assert doc["counts"] == {"done": 4, "failed": 0, "missing": 0}
+    assert [r["id"] for r in doc["rows"]] == [p.id for p in grid4.points]
+    assert all(r["figures"]["steps"]["median"] == 8 and r["reps"] == 1 for r in doc["rows"])
+    lines = (out / "grid.csv").read_text().splitlines()
+    assert len(lines) == 5 and lines[0].startswith("index,id,status,transport.name,seed,")
+    assert {p.name for p in (out / "plots").iterdir()} == {"vs-transport.name.png",
+                                                            "vs-seed.png"}
+    cal = load_calibration([out / "calibration.json"])
+    assert set(cal.transports) == {"mrc", "rc"}
+
+
+def test_a_point_failing_at_run_time_is_retried_then_reported_failed(cluster, tmp_path):
+    # 0.001 ms of modelled compute is valid, but every step's real compute overruns it, so
+    # the run is refused after it ends (workloads/overruns.py): a failure at run time
+    base = BASE + 'compute = "modelled"\n'
+    f = _sweep(tmp_path, 'retries = 1\n[axes]\n"workload.compute_ms" = [30.0, 0.001]\n', base)
+    res = run_sweep(f, cluster="local", out=tmp_path / "out", say=lambda m: None)
+    ok, bad = res.points
+    assert res.counts is not None and (res.counts.done, res.counts.failed) == (1, 1)
+    assert res.counts.retried == 1
+    atts = _attempts(res.out)
+    assert [(a["index"], a["attempt"], a["status"]) for a in atts if a["id"] == bad.id] == [
+        (1, 1, "error"), (1, 2, "error")]
+    assert [a["status"] for a in atts if a["id"] == ok.id] == ["done"]
+    assert all("overr" in a["error"] for a in atts if a["id"] == bad.id)
+    rows = res.grid["rows"]
+    assert [r["status"] for r in rows] == ["done", "failed"]
+    assert "overr" in rows[1]["error"] and rows[1]["attempts"] == 2
+    # the failed attempts' results are kept for diagnosis
+    assert (res.out / "failed" / f"{bad.id}-2" / "results.jsonl").exists()
+    assert _netns_left() == []
+
+
+def _ray_processes(tmp: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if tmp.encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "commands.cli", "sweep", *args]
+
+
+def test_ctrl_c_keeps_what_is_done_and_resume_runs_only_the_rest(tmp_path):
+    f = _sweep(tmp_path, 'seeds = [1, 2, 3]\n')
+    out = tmp_path / "out"
+    # its own process group, as a terminal's foreground job: Ctrl-C goes to the group
+    p = subprocess.Popen(_cli(str(f), "--out", str(out)), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until the first point is done
+            if any(a["status"] == "done" for a in _attempts(out)) if out.exists() else False:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("no point done within 120 s")
+        time.sleep(1.0)  # the next point is running now
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    assert f"--resume {out}" in err
+    tmp = re.search(r"logs in (/tmp/sae-ray-\w+)", err)
+    assert tmp is not None, err
+    assert not Path(tmp.group(1)).exists()  # the local cluster's directory is removed...
+    assert _ray_processes(tmp.group(1)) == []  # ... and its processes are gone
+    assert _netns_left() == []
+    first = _attempts(out)
+    done = {a["id"] for a in first if a["status"] == "done"}
+    assert 1 <= len(done) < 3
+    assert all(a["status"] in ("done", "cancelled") for a in first)
+    # the point running at Ctrl-C was cancelled (its fabric torn down: no namespace left),
+    # not recorded as done with partial results
+    cancelled = {a["id"] for a in first if a["status"] == "cancelled"}
+    assert len(cancelled) == 1 and not cancelled & done
+
+    r = subprocess.run(_cli(str(f), "--resume", str(out)), capture_output=True, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stderr
+    atts = _attempts(out)
+    second = [a for a in atts if a["session"] == 1]
+    grid = json.loads((out / "grid.json").read_text())
+    ids = {row["id"] for row in grid["rows"]}
+    assert {a["id"] for a in second} == ids - done  # only the missing points ran
+    assert cancelled <= {a["id"] for a in second}
+    assert all(a["status"] == "done" for a in second)
+    assert grid["counts"] == {"done": 3, "failed": 0, "missing": 0}
+    assert _netns_left() == []
