@@ -13,18 +13,23 @@ import os
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.ifaddrmsg import IFA_F_NODAD
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_MULTICAST, IFF_NOARP, IFF_UP
 
+from emu.errors import EmuError
 from emu.netns import entered, write_sysctl
 from topologies import LinkSpec, Role
 from topologies.qos import CTRL_TCLASS
 from topologies.routing import MAIN_TABLE, NodePlan, Route
 
 NUD_PERMANENT = 0x80
+IF_READY = 0x80000000  # IFLA_INET6_FLAGS: IPv6 found the link oper-up with a live qdisc
+PORT_READY_TIMEOUT_S = 10.0
 HTB_ROOT = 0x10000  # 1:
 HTB_CLASS = 0x10001  # 1:1   the link rate
 HTB_CTRL = 0x10010  # 1:10  control traffic (ACKs, NACKs, probes): served first
@@ -183,7 +188,9 @@ class NodeKernel:
 
     def reinstate_port(self, plan: NodePlan, ifname: str) -> None:
         """Put back what admin-down removed from ``ifname``: its address and its permanent
-        neighbour entries (its routes: ``reinstall_routes_via``)."""
+        neighbour entries (its routes: ``reinstall_routes_via``), once the port forwards
+        again (``wait_port_ready``; call it after both ends of the cable are up)."""
+        self.wait_port_ready(ifname)
         idx = self.ifindex[ifname]
         iface = next(i for i in plan.interfaces if i.ifname == ifname)
         self.ipr.addr("replace", index=idx, address=str(iface.address.ip),
@@ -192,6 +199,29 @@ class NodeKernel:
             if n.ifname == ifname:
                 self.ipr.neigh("replace", dst=str(n.address), lladdr=n.mac, ifindex=idx,
                                state=NUD_PERMANENT)
+
+    def wait_port_ready(self, ifname: str, timeout: float = PORT_READY_TIMEOUT_S) -> None:
+        """Return once ``ifname``, admin up with its peer up (carrier), forwards again.
+
+        The end of a veth that came up while its peer was still down gets its carrier
+        from the peer's open, but its queue stays the kernel's drop-everything noop
+        qdisc until the link-watch worker runs (asynchronously, later on a busy
+        machine); the operstate may still read UP from before the cut, so it does not
+        tell. IPv6 sets IF_READY (cleared by admin down) only once the link is oper-up
+        with a real qdisc, after that worker. A port without carrier cannot forward
+        until its peer comes up: nothing to wait for.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            link = self.ipr.get_links(self.ifindex[ifname])[0]
+            if not link.get_attr("IFLA_CARRIER") or _inet6_flags(link) & IF_READY:
+                return
+            if time.monotonic() > deadline:
+                raise EmuError(
+                    f"port {self.name}:{ifname} has carrier but does not forward {timeout}s "
+                    f"after coming up (operstate {link.get_attr('IFLA_OPERSTATE')}, IPv6 "
+                    f"flags {_inet6_flags(link):#x}, want IF_READY {IF_READY:#x})")
+            time.sleep(0.002)  # the worker is usually done within a few milliseconds
 
     def reinstall_routes_via(self, plan: NodePlan, ifnames: set[str]) -> None:
         """Every planned route with a next hop through one of ``ifnames``, again."""
@@ -234,6 +264,14 @@ class NodeKernel:
                                   for nh in route.nexthops]
         ipr.route(cmd, dst=str(route.dst.network_address), dst_len=route.dst.prefixlen,
                   **extra)
+
+
+def _inet6_flags(link: Any) -> int:
+    """IFLA_INET6_FLAGS of a pyroute2 link message (0 if the link has no IPv6 state)."""
+    af = link.get_attr("IFLA_AF_SPEC")
+    inet6 = af.get_attr("AF_INET6") if af is not None else None
+    flags = inet6.get_attr("IFLA_INET6_FLAGS") if inet6 is not None else None
+    return int(flags or 0)
 
 
 SIOCETHTOOL = 0x8946

@@ -46,7 +46,7 @@ def probes(fab: Fabric, src: str, dst: str, plane: int, spine: int, n: int = 20)
                 tx.sendto(i.to_bytes(4, "big"), (str(spec.address(dst)), PORT))
             except OSError:
                 pass  # no route (the leaf's own uplink is down): the probe is lost
-        got = set()
+        got: set[int] = set()
         try:
             while len(got) < n:
                 got.add(int.from_bytes(rx.recv(16), "big"))
@@ -78,6 +78,10 @@ def test_cut_link_carries_nothing_and_restores(fab):
         assert after["p0s1"]["l0"][1] == before["p0s1"]["l0"][1]
     finally:
         cut.restore(fab)
+    # Restored means forwarding when restore returns: the cut cable itself is probed
+    # first, with no other traffic to give the kernel time to finish bringing it up.
+    assert probes(fab, "h0", "h1", 0, 1) == 20
+    assert probes(fab, "h1", "h0", 0, 1) == 20
     assert all_paths_ok(fab)
 
 
