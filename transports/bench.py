@@ -22,7 +22,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from emu.counters import interface_packets
@@ -212,7 +212,7 @@ def _ride_through_once(fab: Fabric, t: str, size: int, rate: float) -> dict:
     return {**_row(r, spec.planes * rate * payload_efficiency()), "cut": cut,
             "clean_completion_s": round(clean.completion_s, 4),
             "time_lost_s": round(r.completion_s - clean.completion_s, 3),
-            "longest_stall_s": _longest_stall(timeline), "timeline": timeline}
+            "longest_stall_s": longest_stall(timeline, digits=3), "timeline": timeline}
 
 
 def _busiest_spine(fab: Fabric, plane: int, leaf: str) -> str:
@@ -225,8 +225,9 @@ def _busiest_spine(fab: Fabric, plane: int, leaf: str) -> str:
     return max(spines, key=lambda s: after[s] - before[s])
 
 
-def _longest_stall(timeline: list) -> float:
-    """Longest time between two samples in which no byte was placed (after the first)."""
+def longest_stall(timeline: Sequence[Sequence[float]], digits: int = 4) -> float:
+    """Longest time in which the receiver placed no byte (after its first), from its
+    ``timeline`` of (t, bytes placed) samples; rounded to ``digits`` decimals."""
     longest, since = 0.0, None
     for (t_prev, b_prev), (t, b) in zip(timeline, timeline[1:], strict=False):
         if b == b_prev and b_prev > 0:
@@ -234,7 +235,7 @@ def _longest_stall(timeline: list) -> float:
             longest = max(longest, t - since)
         else:
             since = None
-    return round(longest, 3)
+    return round(longest, digits)
 
 
 def bench_transport(say: Callable[[str], None] = print, quick: bool = False,

@@ -58,6 +58,7 @@ from transports.driver_streams import RecvStream, SendStream, bound_arg, prefaul
 from transports.plan import AfterGate, make_core, message_bytes
 
 TIMELINE_S = 0.01  # goodput timeline's default sampling period
+EV_LOG_MAX = 512  # EV state changes kept with their times (``ev_log``); later ones counted
 SENT = "sent"  # the record a driver writes once all its send streams are done
 
 
@@ -92,6 +93,9 @@ class Driver:
                                  else RecvStream(st, conn, chunk))
         self.stopping = False  # stdin ended: receive streams post no more
         self.ev_changes: dict[int, int] = {}  # EV state changes drained, per connection
+        # the first EV_LOG_MAX of them: [t from the start, conn, ev, old state, new state]
+        self.ev_log: list[list] = []
+        self.t0 = 0.0
 
     def run(self) -> dict:
         """Post every receive and send of the plan, loop until all complete or the deadline."""
@@ -124,7 +128,7 @@ class Driver:
         sends = [st for st in self.streams.values() if isinstance(st, SendStream)]
         recvs = [st for st in self.streams.values() if isinstance(st, RecvStream)]
         rss = RssSampler()
-        t0 = wait_for_start()
+        t0 = self.t0 = wait_for_start()
         # The transport's CPU: the loop from the start on, less checking the received
         # bytes (generating messages is before it).
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -192,6 +196,7 @@ class Driver:
                 rss.sample(now, t0)
                 self._drain_ev_changes()
         rss.sample(time.monotonic(), t0, force=True)  # the last one, always
+        self._drain_ev_changes()
         rss.close()
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         wall = time.monotonic() - t0
@@ -214,17 +219,24 @@ class Driver:
             "unknown_conn": self.malformed_conn,
             "internal_errors": self.socks.internal_errors,
             "rss": rss.samples, "rss_every_s": rss.every, "ev_changes": self.ev_changes,
+            "ev_log": self.ev_log,
             "state": {c: state_sizes(conn.core) for c, conn in self.conns.items()},
             "streams": [st.report() for st in self.streams.values()],
         }
 
     def _drain_ev_changes(self) -> None:
         """Drain each core's EV change log (its owner is this driver, which only counts
-        them): undrained, it would fill to its bound under a flapping link."""
+        them and keeps the first ``EV_LOG_MAX`` with their times, which show when a failure
+        retired an EV and when a probe re-admitted it): undrained, it would fill to its
+        bound under a flapping link."""
+        log = self.ev_log
         for c, conn in self.conns.items():
             paths = getattr(conn.core, "paths", None)
             if paths is not None and paths.events:
-                self.ev_changes[c] = self.ev_changes.get(c, 0) + len(paths.changes())
+                changes = paths.changes()
+                self.ev_changes[c] = self.ev_changes.get(c, 0) + len(changes)
+                for t, ev, old, new in changes[:max(0, EV_LOG_MAX - len(log))]:
+                    log.append([round(t - self.t0, 4), c, ev, old, new])
 
     def _stream_done(self, st: SendStream | RecvStream, comp: Completion, t0: float) -> None:
         """A stream's message completed: count (and check) it, post the next."""

@@ -14,7 +14,7 @@ switch egress, 20 ms every 100 ms:
 Compared in each setting, through the same bursts: reliable MRC and RC (every
 byte; DEFAULT_CONFIG of transports/harness.py), kernel TCP (every byte; one
 connection; Linux as it is: RTO floor 200 ms, RACK-TLP, SACK, CUBIC; TSO/GSO off
-on the two hosts' NICs so that a segment is a packet in the FIFOs; ``_run_tcp``
+on the two hosts' NICs so that a segment is a packet in the FIFOs; ``tcp_burst_rounds``
 says how its one path is made to meet the one_path burst), MLT-style fixed
 tolerance 0.05, OptiReduce-style deadline-bounded rounds, and DBLP with its phase-aware
 tolerance. DBLP's rounds are the late phase of a synthetic training schedule
@@ -41,7 +41,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from emu.counters import interface_packets
 from emu.errors import require_root
@@ -88,12 +88,16 @@ def tcp_sport(fab: Fabric, plane: int, dport: int = TCP_PORT) -> int:
     raise RuntimeError(f"no source port in {TCP_SPORTS} leaves on plane {plane}")
 
 
-def _rounds(n: int, bounds: list[dict | None]) -> list[Transfer]:
-    return [Transfer(SRC, DST, ROUND_BYTES, after=i - 1 if i else None, bound=bounds[i])
-            for i in range(n)]
+def round_transfers(bounds: Sequence[dict | None], src: str = SRC,
+                    dst: str = DST) -> list[Transfer]:
+    """Synchronous rounds of ROUND_BYTES src -> dst, one per bound (None: reliable): each
+    is posted when the previous one's send completed."""
+    return [Transfer(src, dst, ROUND_BYTES, after=i - 1 if i else None, bound=b)
+            for i, b in enumerate(bounds)]
 
 
-def _p99(xs: list[float]) -> float:
+def p99(xs: Sequence[float]) -> float:
+    """The 99th percentile by rank (with fewer than 100 rounds: the slowest)."""
     s = sorted(xs)
     return s[min(len(s) - 1, math.ceil(0.99 * len(s)) - 1)]
 
@@ -114,7 +118,7 @@ def _stats(res: TransferResult, bounds: list[dict | None]) -> dict:
         for st in d["stats"].values():
             cores.update(st)
     return {"ok": res.ok, "rounds": len(lat), "p50_ms": round(statistics.median(s), 2),
-            "p99_ms": round(_p99(s), 2), "max_ms": round(s[-1], 2),
+            "p99_ms": round(p99(s), 2), "max_ms": round(s[-1], 2),
             "delivered_mean": round(statistics.mean(frac), 4),
             "delivered_min": round(min(frac), 4),
             "deadline_rounds": sum(m["deadline"] for m in res.messages),
@@ -149,15 +153,21 @@ def late_phase(n: int) -> tuple[list[dict], float]:
     return phase, zero
 
 
-def _run(fab: Fabric, setting: str, transport: str, bounds: list[dict | None],
-         config: dict | None = None) -> dict:
+def burst_rounds(fab: Fabric, setting: str, transport: str, bounds: list[dict | None],
+                 config: dict | None = None) -> dict:
+    """``len(bounds)`` back-to-back rounds SRC -> DST of ``transport`` (round i bounded by
+    ``bounds[i]``, None: reliable) through the microbursts of ``setting`` (a key of
+    SETTINGS), which run for the whole of them. The row: P50 / P99 / max latency (ms),
+    delivered fraction, the bounds' respect, the cores' counters, ``burst_drops`` (FIFO
+    drops at the targets) and, for TCP, the kernel's view (``tcp``). TCP with one_path:
+    `tcp_burst_rounds`, which puts the burst where the connection is."""
     targets, sources = SETTINGS[setting]
     bursts = [Microburst(fab, MicroburstSpec(t, sources, BURST_ON_MS, BURST_EVERY_MS))
               for t in targets]
     for b in bursts:
         b.start()
     try:
-        res = run_transfers(fab, transport, _rounds(len(bounds), bounds), config=config,
+        res = run_transfers(fab, transport, round_transfers(bounds), config=config,
                             deadline_s=120)
     finally:
         for b in bursts:
@@ -181,17 +191,20 @@ def wire_sized_tcp(fab: Fabric) -> None:
                            capture_output=True, check=True)
 
 
-def _run_tcp(fab: Fabric, setting: str, bounds: list[dict | None], config: dict) -> dict:
-    """The TCP rounds. TCP's one connection lies on one of the pair's 8 paths: its source
-    port picks the plane (the hosts hash the 5-tuple), but a leaf forwards a packet on the
-    hash its sending socket gave it (a random txhash, drawn anew after an RTO), so the
-    connection draws its spine. In one_path the burst is therefore put where TCP is: the
+def tcp_burst_rounds(fab: Fabric, setting: str, bounds: list[dict | None],
+                     config: dict) -> dict:
+    """The TCP rounds through the bursts of ``setting`` (`burst_rounds`' row, with
+    ``config`` the TCP driver's, e.g. TCP_CONFIG with a source port from `tcp_sport`).
+    TCP's one connection lies on one of the pair's 8 paths: its source port picks the
+    plane (the hosts hash the 5-tuple), but a leaf forwards a packet on the hash its
+    sending socket gave it (a random txhash, drawn anew after an RTO), so the connection
+    draws its spine. In one_path the burst is therefore put where TCP is: the
     rounds start, the spine of the burst's plane that receives the connection's packets
     from SRC's leaf is read off the counters (the bursts come from other racks), and the
     same burst (same sources, same pattern) starts at that spine's port to DST's leaf;
     the first rounds (~0.1 s) run without it."""
     if setting != "one_path":
-        return _run(fab, setting, "tcp", bounds, config)
+        return burst_rounds(fab, setting, "tcp", bounds, config)
     target, sources = SETTINGS[setting][0][0], SETTINGS[setting][1]
     plane = int(target[1])
     down = target.split(":")[1]
@@ -220,7 +233,7 @@ def _run_tcp(fab: Fabric, setting: str, bounds: list[dict | None], config: dict)
         th.start()
 
     try:
-        res = run_transfers(fab, "tcp", _rounds(len(bounds), bounds), config=config,
+        res = run_transfers(fab, "tcp", round_transfers(bounds), config=config,
                             deadline_s=120, on_start=on_start)
     finally:
         if "thread" in state:
@@ -239,6 +252,15 @@ def _run_tcp(fab: Fabric, setting: str, bounds: list[dict | None], config: dict)
                       share_via_burst_spine=round(via[state["spine"]]
                                                   / max(1, sum(via.values())), 3))
     return row
+
+
+def setting_rounds(fab: Fabric, setting: str, transport: str, bounds: list[dict | None],
+                   tcp_config: dict) -> dict:
+    """The rounds of ``transport`` through the bursts of ``setting``: `tcp_burst_rounds`
+    (with ``tcp_config``) for "tcp", else `burst_rounds`."""
+    if transport == "tcp":
+        return tcp_burst_rounds(fab, setting, bounds, tcp_config)
+    return burst_rounds(fab, setting, transport, bounds)
 
 
 def _tcp_stats(res: TransferResult, lat: list[float]) -> dict:
@@ -289,12 +311,12 @@ def bench_dblp(say: Callable[[str], None] = print, quick: bool = False) -> dict:
     with Fabric(SPEC, name="benchdblp", progress=lambda m: say(f"    fabric: {m}")) as fab:
         # OptiReduce's deadline: each rank proposes elapsed / completion ratio of a
         # calibration round (burst-free); the agreed deadline is the median proposal.
-        calib = run_transfers(fab, "dblp", _rounds(5, [None] * 5))
+        calib = run_transfers(fab, "dblp", round_transfers([None] * 5))
         proposals = sorted(m["latency"] / m["delivered"] for m in calib.messages)
         deadline_s = round(statistics.median(proposals) * 1.1, 4)
         out["optireduce_deadline_ms"] = round(deadline_s * 1000, 2)
         # TCP's one connection takes one of the pair's 8 paths: its source port puts it
-        # on the one_path burst's plane; _run_tcp puts the burst on its spine.
+        # on the one_path burst's plane; tcp_burst_rounds puts the burst on its spine.
         plane = int(SETTINGS["one_path"][0][0][1])
         tcp_config = {**TCP_CONFIG, "sport": tcp_sport(fab, plane)}
         wire_sized_tcp(fab)
@@ -313,10 +335,7 @@ def bench_dblp(say: Callable[[str], None] = print, quick: bool = False) -> dict:
             say(f"  setting {setting}: bursts at {', '.join(SETTINGS[setting][0])}")
             rows: dict = {}
             for name, (transport, bounds) in variants.items():
-                if transport == "tcp":
-                    row = rows[name] = _run_tcp(fab, setting, bounds, tcp_config)
-                else:
-                    row = rows[name] = _run(fab, setting, transport, bounds)
+                row = rows[name] = setting_rounds(fab, setting, transport, bounds, tcp_config)
                 say(f"    {name}: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, max "
                     f"{row['max_ms']} ms, delivered {row['delivered_mean']} / "
                     f">= {row['delivered_min']}, bound respected: {row['bound_respected']}, "

@@ -48,21 +48,31 @@ def frame(spec: MultiPlaneClos | ScaleAcross, transport: str, src: str,
     return payload, 14 + 40 + srh + 8 + HEADER_LEN + payload
 
 
+def rtt_probe(fab: Fabric, spec: MultiPlaneClos | ScaleAcross, transport: str, src: str,
+              dst: str) -> float:
+    """One RTT probe of ``transport`` src -> dst on ``fab`` (no session needed): two
+    chained messages of one full data packet per lane (:func:`frame`, :func:`lanes`), the
+    second one's time from its post to its last part's send completion (the first warms
+    the path up). EmuError if a transfer failed."""
+    payload, _ = frame(spec, transport, src, dst)
+    size = payload * lanes(spec, transport)
+    transfers = [Transfer(src, dst, size), Transfer(src, dst, size, after=0)]
+    _, parts = harness.plan_transfers(spec, transport, transfers)
+    res = checked(harness.run_transfers(fab, transport, transfers,
+                                        config=transport_config(transport)))
+    sends = {m["msg"]: m["t"] for m in res.drivers[src]["messages"]
+             if m["kind"] == "send" and m.get("t") is not None}
+    posted = res.drivers[src]["posted"]
+    ids = parts[1]
+    return max(sends[i] for i in ids) - min(posted[str(i)] for i in ids)
+
+
 def probe_rtt(s: Session, fab: Fabric, spec: MultiPlaneClos | ScaleAcross, src: str,
               dst: str, dci: bool) -> None:
     """Every transport's RTT probes src -> dst on ``fab`` (over the DCI: ``dci``), its
     regime set from their median after each repetition."""
     def probe(rep: int, t: str) -> None:
-        payload, _ = frame(spec, t, src, dst)
-        size = payload * lanes(spec, t)
-        transfers = [Transfer(src, dst, size), Transfer(src, dst, size, after=0)]
-        _, parts = harness.plan_transfers(spec, t, transfers)
-        res = checked(harness.run_transfers(fab, t, transfers, config=transport_config(t)))
-        sends = {m["msg"]: m["t"] for m in res.drivers[src]["messages"]
-                 if m["kind"] == "send" and m.get("t") is not None}
-        posted = res.drivers[src]["posted"]
-        ids = parts[1]
-        rtt = max(sends[i] for i in ids) - min(posted[str(i)] for i in ids)
+        rtt = rtt_probe(fab, spec, t, src, dst)
         a = s.samples(t)
         (a.dci_probes if dci else a.probes).append(rtt)
         _set_regime(s, spec, t, src, dst, dci)

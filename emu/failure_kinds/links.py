@@ -134,18 +134,23 @@ class BusiestUplinkDown(FailureKind):
         """What the leaves received so far, per interface (the baseline of a choice)."""
         return {leaf: ports.received(fab, leaf) for leaf in self.leaves()}
 
-    def apply_since(self, fab: Fabric, before: dict[str, dict[str, int]]) -> ChosenLink:
-        """Cut the spine link that received the most since ``before`` (start_sample)."""
-        ups = self.links(fab.spec)
+    def busiest_since(self, fab: Fabric, before: dict[str, dict[str, int]]) -> ChosenLink:
+        """The spine link that received the most since ``before`` (start_sample), chosen
+        without cutting it (the first in ``links`` order on a tie)."""
         leaves = self.leaves()
         # (leaf, its port) of every link
-        port = {lk.name: (lk.a if lk.a.node in leaves else lk.b) for lk in ups}
+        port = {lk.name: (lk.a if lk.a.node in leaves else lk.b) for lk in self.links(fab.spec)}
         now = self.start_sample(fab)
         rx = {name: now[p.node][p.ifname] - before[p.node][p.ifname]
               for name, p in port.items()}
         name = max(rx, key=lambda n: rx[n])
-        LinkDown(name).apply(fab)
         return ChosenLink(name, rx[name], sum(rx.values()))
+
+    def apply_since(self, fab: Fabric, before: dict[str, dict[str, int]]) -> ChosenLink:
+        """Cut the spine link that received the most since ``before`` (`busiest_since`)."""
+        chosen = self.busiest_since(fab, before)
+        LinkDown(chosen.link).apply(fab)
+        return chosen
 
     def apply(self, fab: Fabric) -> ChosenLink:
         before = self.start_sample(fab)

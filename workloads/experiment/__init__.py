@@ -78,6 +78,13 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
     bounded_gather = false         # false; true bounds the all-gather too: an entry that
                                    # does not arrive is estimated from the rank's own
                                    # gradient, so replicas may drift (see collectives.py)
+                                   # Without a deadline, the model's smallest transpose
+                                   # block must have enough chunks (8000 B) for the largest
+                                   # tolerance (fixed: tolerance; phase_aware: cap, or base
+                                   # with lr_scaling off or a constant LR) to let one go,
+                                   # else DBLP would run as reliable MRC: refused, naming
+                                   # that key (the digits CNN's blocks are 2 chunks: a
+                                   # tolerance >= 0.5; blocks.py)
 
     [workload]                     # *required*
     kind = "data_parallel"         # "data_parallel" | "pipeline"
@@ -128,7 +135,8 @@ experiment with dotted keys replaced, ``parse_override("workload.steps=50")`` re
 The package, one module per job: config.py (the frozen dataclasses and vocabularies),
 reader.py (the typed TOML table reader), tables.py (each table's rules), timeline.py (the
 failure timeline, by emu.timeline's parser), limits.py (what this machine can hold),
-placement.py, overrides.py, and loading.py (``load``, ``parse``).
+blocks.py (DBLP's gradient blocks against its tolerance), placement.py, overrides.py,
+and loading.py (``load``, ``parse``).
 """
 
 from __future__ import annotations
@@ -149,7 +157,7 @@ from workloads.experiment.config import (
     TransportConfig,
     WorkloadConfig,
 )
-from workloads.experiment.loading import load, parse
+from workloads.experiment.loading import load, parse, parse_fabric
 from workloads.experiment.overrides import parse_override, with_overrides
 from workloads.experiment.placement import default_placement
 
@@ -157,5 +165,5 @@ __all__ = [
     "CLOCKS", "COLLECTIVES", "COMPUTE_MODES", "CONTROL_PLANES", "KINDS", "LR_SCHEDULES",
     "MAX_STAGES", "MODELS", "POLICIES", "TRANSPORTS", "DblpConfig", "Experiment",
     "FabricConfig", "TransportConfig", "WorkloadConfig", "default_placement", "load", "parse",
-    "parse_override", "with_overrides",
+    "parse_fabric", "parse_override", "with_overrides",
 ]

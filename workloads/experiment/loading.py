@@ -14,11 +14,11 @@ from typing import Any
 from emu import timeline as tl
 from emu.errors import EmuError
 from workloads.experiment import limits, tables
-from workloads.experiment.config import CLOCKS, Experiment, field_default
+from workloads.experiment.config import CLOCKS, Experiment, FabricConfig, field_default
 from workloads.experiment.reader import Table
 from workloads.experiment.timeline import check_clock, read_timeline
 
-__all__ = ["TOP", "load", "parse"]
+__all__ = ["TOP", "load", "parse", "parse_fabric"]
 
 TOP = ("name", "description", "seed", "repetitions", "timeline", "clock", "fabric",
        "transport", "workload", "event")
@@ -74,3 +74,9 @@ def parse(data: Mapping[str, Any], where: str = "<experiment>",
         clock=clock, timeline_file=timeline_file, source=where,
         base_dir=None if base_dir is None else str(base_dir),
         document=copy.deepcopy(dict(data)))
+
+
+def parse_fabric(data: Mapping[str, Any], where: str = "<fabric>") -> FabricConfig:
+    """Validate a ``[fabric]`` table alone, by the rules ``parse`` holds an experiment's
+    to (its ``spec()`` is the topology to build); errors name ``where`` and the key."""
+    return tables.fabric(Table(where, "fabric", dict(data), tables.FABRIC))

@@ -19,6 +19,7 @@ from topologies import MultiPlaneClos, Role, ScaleAcross, TopologyError
 from topologies.validate import InvalidValue, number_rule
 from workloads.dblpconfig import POLICIES, DblpConfig
 from workloads.experiment import limits
+from workloads.experiment.blocks import check_dblp_blocks
 from workloads.experiment.config import (
     COLLECTIVES,
     COMPUTE_MODES,
@@ -212,7 +213,11 @@ def transport(t: Table, fabric: FabricConfig, workload: WorkloadConfig,
         collective = t.get_str("collective", DBLP_COLLECTIVE if name == "dblp"
                                else field_default(TransportConfig, "collective"), COLLECTIVES)
         _check_collective(t, name, collective, fabric, workload, spec)
-    dblp = _dblp(t.table("dblp", DBLP)) if name == "dblp" else None
+    dblp = None
+    if name == "dblp":
+        dt = t.table("dblp", DBLP)
+        dblp = _dblp(dt)
+        check_dblp_blocks(dt, dblp, workload)
     return TransportConfig(name=name, collective=collective, dblp=dblp)
 
 

@@ -1,0 +1,113 @@
+"""Claim files: ``experiments/reproduce/<id>.toml`` parsed into `ClaimSpec`s, strictly.
+
+A claim file::
+
+    paper = "MRC"                      # MRC | DBLP | Explorer
+    title = "Spraying removes flow collisions"
+    statement = "..."                  # the claim as the paper states it
+    kind = "spraying"                  # a kind of commands/reproduce/kinds.py
+    repetitions = 3                    # >= 3, interleaved by the kind
+
+    [params]                           # the kind's parameters (its check says which)
+    ...
+    [quick]                            # overrides of params under --quick
+    ...
+
+Unknown keys, wrong types, an unknown kind, fewer than 3 repetitions and parameters the
+kind refuses are `ClaimSpecError`s naming the file, the key and what is valid. Every
+selected claim is checked before any runs (`load_selected`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from commands.reproduce.claim import ClaimKind, ClaimSpec, ClaimSpecError
+
+ROOT = Path(__file__).resolve().parents[2]
+CLAIMS_DIR = ROOT / "experiments" / "reproduce"
+PAPERS = ("MRC", "DBLP", "Explorer")
+MIN_REPETITIONS = 3
+_STRINGS = ("paper", "title", "statement", "kind")
+_KEYS = (*_STRINGS, "repetitions", "params", "quick")
+
+
+def parse(path: Path, kinds: Mapping[str, ClaimKind]) -> ClaimSpec:
+    """Parse and check one claim file (its kind's ``check`` included)."""
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ClaimSpecError(f"{path}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise ClaimSpecError(f"{path}: cannot read: {e.strerror}") from None
+    unknown = sorted(set(doc) - set(_KEYS))
+    if unknown:
+        raise ClaimSpecError(f"{path}: unknown key {unknown[0]!r}: valid keys are "
+                             f"{', '.join(_KEYS)}")
+    for key in (*_STRINGS, "repetitions"):
+        if key not in doc:
+            raise ClaimSpecError(f"{path}: missing key {key!r}")
+    for key in _STRINGS:
+        if not isinstance(doc[key], str) or not doc[key].strip():
+            raise ClaimSpecError(f"{path}: {key} = {doc[key]!r} is invalid: must be a "
+                                 "non-empty string")
+    if doc["paper"] not in PAPERS:
+        raise ClaimSpecError(f"{path}: paper = {doc['paper']!r} is invalid: must be one of "
+                             f"{', '.join(PAPERS)}")
+    if doc["kind"] not in kinds:
+        raise ClaimSpecError(f"{path}: kind = {doc['kind']!r} is unknown: valid kinds are "
+                             f"{', '.join(sorted(kinds)) or '(none registered)'}")
+    reps = doc["repetitions"]
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < MIN_REPETITIONS:
+        raise ClaimSpecError(f"{path}: repetitions = {reps!r} is invalid: must be an integer "
+                             f">= {MIN_REPETITIONS} (median and spread need repetitions)")
+    tables = {}
+    for key in ("params", "quick"):
+        value = doc.get(key, {})
+        if not isinstance(value, dict):
+            raise ClaimSpecError(f"{path}: {key} = {value!r} is invalid: must be a table "
+                                 f"([{key}])")
+        tables[key] = value
+    spec = ClaimSpec(id=path.stem, paper=doc["paper"], title=doc["title"].strip(),
+                     statement=" ".join(doc["statement"].split()), kind=doc["kind"],
+                     repetitions=reps, params=tables["params"], quick=tables["quick"])
+    kind = kinds[spec.kind]
+    for quick, section in ((False, "params"), (True, "quick")):
+        try:
+            kind.check(spec.effective_params(quick))
+        except ClaimSpecError as e:
+            raise ClaimSpecError(f"{path}: [{section}] {e}") from None
+    return spec
+
+
+def claim_files(directory: Path = CLAIMS_DIR) -> list[Path]:
+    """Every claim file of ``directory``, in name order."""
+    return sorted(directory.glob("*.toml"))
+
+
+def in_paper_order(specs: Sequence[ClaimSpec]) -> list[ClaimSpec]:
+    """``specs`` by paper (MRC, DBLP, Explorer: the issue's order of the claims), then id."""
+    return sorted(specs, key=lambda s: (PAPERS.index(s.paper), s.id))
+
+
+def load_all(kinds: Mapping[str, ClaimKind], directory: Path = CLAIMS_DIR) -> list[ClaimSpec]:
+    """Every claim file of ``directory``, parsed and checked."""
+    return in_paper_order([parse(p, kinds) for p in claim_files(directory)])
+
+
+def load_selected(ids: Sequence[str], kinds: Mapping[str, ClaimKind],
+                  directory: Path = CLAIMS_DIR) -> list[ClaimSpec]:
+    """The claims named by ``ids``, in that order (all of them, in paper order, when
+    empty), each parsed and checked before any runs; an unknown id names the valid ones."""
+    files = {p.stem: p for p in claim_files(directory)}
+    if not files:
+        raise ClaimSpecError(f"{directory}: no claim files (*.toml)")
+    for i in ids:
+        if i not in files:
+            raise ClaimSpecError(f"claim {i!r} is unknown: valid claims are "
+                                 f"{', '.join(files)} (files in {directory})")
+    if ids:  # as named
+        return [parse(files[i], kinds) for i in dict.fromkeys(ids)]
+    return in_paper_order([parse(p, kinds) for p in files.values()])
