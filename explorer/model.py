@@ -5,7 +5,7 @@ the sizes a configuration implies and why one cannot run are in
 explorer/model_structure.py, the constants and small per-term formulas in
 explorer/model_terms.py (shared with the vectorised twin). The vectorised twin
 (explorer/vecmodel.py) computes the same numbers for millions of configurations at once
-and must agree with this one to 1e-9 (tests/unit/test_explorer_model.py checks it on
+and must agree with this one to 1e-9 (tests/unit/explorer/test_explorer_model.py checks it on
 random points); change both together.
 
 Expected step time = compute + TP/CP communication + pipeline bubble + pipeline

@@ -47,7 +47,7 @@ Derivation (the makespan is the longest path through the operations' dependency 
   also queues: it paces the warm-up at ``max(t_f / v, s)``, and the ``p`` transfers of a
   chunk group leave a link ``(p - 1) max(0, s - u)`` late (added once).
 
-Accuracy against the simulator on the grid of tests/unit/test_pipeline_closed.py (p in
+Accuracy against the simulator on the grid of tests/unit/explorer/test_pipeline_closed.py (p in
 2..16, m in p/4..8p, v in 1..4, e in 0..4, g in 1..4, latency up to 10 t_f,
 serialisation up to 1.5 t_f, t_b = 2 t_f): GPipe exact; 1F1B within 4.7 %; interleaved
 within 5 % on 98 % of the grid, worst 18 %, at short runs (m <= 2p) and extra warm-up,

@@ -29,7 +29,7 @@ from explorer.spec import SpecError
 
 __all__ = ["MODEL_FACTS", "predict", "predict_experiment"]
 
-# Sizes of workloads/models.py's models (tests/unit/test_explorer_validation.py checks
+# Sizes of workloads/models.py's models (tests/unit/explorer/test_explorer_validation.py checks
 # them against the torch modules): parameters, as a function of the vocabulary for the
 # tiny LM (embeddings 64 V + 64 x 64 positions, two layers of 49,984, head 65 V + 128),
 # and the activation per sample that crosses a pipeline stage boundary (tiny_lm: context

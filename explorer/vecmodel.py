@@ -2,7 +2,7 @@
 
 Same formulas, same order, on columns (explorer/columns.py) instead of one Config:
 branches become ``np.where`` and per-transport calibration values become small arrays
-indexed by the transport's code. tests/unit/test_explorer_model.py holds the two to
+indexed by the transport's code. tests/unit/explorer/test_explorer_model.py holds the two to
 1e-9 on random points; read model.py for what each term means.
 
 ``structure(cols)`` gives the reason code of every point that cannot run before any

@@ -22,7 +22,7 @@ A pair missing from the table is not an error: the event is ignored, nothing cha
 and the method returns False (True when the event applied, self-transitions included).
 
 Why explicit (as h11 does for HTTP/1.1): the legal moves are one literal dict that can
-be read, reviewed and tested exhaustively (tests/unit/test_transport_evtable.py checks
+be read, reviewed and tested exhaustively (tests/unit/transports/test_transport_evtable.py checks
 every state x event pair), instead of being spread over ``if`` guards in each method,
 where one method forgetting its guard (``readmit`` used to turn a DENIED EV GOOD)
 goes unnoticed. A change to the table is a deliberate one-line diff.

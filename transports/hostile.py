@@ -1,7 +1,7 @@
 """Hostile datagrams, and a child process that sends one kind of them at a paced rate.
 
 The kinds are what an off-path or confused peer can send without knowing the live
-PSN window (the property test tests/unit/test_core_fuzz.py feeds them to cores on the
+PSN window (the property test tests/unit/transports/test_core_fuzz.py feeds them to cores on the
 fake network; ``emu bench robustness`` sends them over the fabric to a receiving
 driver while a transfer runs):
 

@@ -16,7 +16,7 @@ from workloads.dblpconfig import BlockTooSmall, DblpConfig, check_block
 from workloads.experiment.blocks import model_values
 from workloads.phase import PhaseAwareConfig
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "experiments" / "training"
+EXAMPLES = Path(__file__).resolve().parents[3] / "experiments" / "training"
 
 DIGITS_DBLP = """
 name = "digits-dblp-small-blocks"

@@ -36,7 +36,7 @@ from workloads.training_run import RunOutcome
 from workloads.variants import Variant, schedule
 from workloads.worker_job import WorkerJob
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _step(rank: int, step: int, start: float, end: float, **kw) -> StepRecord:

@@ -25,7 +25,7 @@ from explorer.calibration import (
 from explorer.spec import SpecError
 from explorer.validate import load_table, spearman
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 V2 = {
     "format": "scaleacross-emu/calibration/2",

@@ -28,7 +28,7 @@ from emu.timeline import (
 from topologies import MultiPlaneClos
 
 SPEC = MultiPlaneClos()
-EXAMPLES = Path(__file__).resolve().parents[2] / "experiments" / "failures"
+EXAMPLES = Path(__file__).resolve().parents[3] / "experiments" / "failures"
 
 
 def test_examples_load_and_validate():

@@ -17,7 +17,7 @@ from workloads.phase import FixedTolerance, OptiReduceDeadline, PhaseAware, Phas
 
 from experiment_checks import fails
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "experiments" / "training"
+EXAMPLES = Path(__file__).resolve().parents[3] / "experiments" / "training"
 
 BASE = {
     "name": "t",

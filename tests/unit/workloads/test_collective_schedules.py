@@ -1,6 +1,6 @@
 """Collective schedules as data (workloads/collective_schedules.py): every send meets
 its receive, the shapes of the builders, and the bytes a run sends follow them (helpers
-in tests/unit/test_collectives.py)."""
+in tests/unit/workloads/test_collectives.py)."""
 
 import numpy as np
 import pytest

@@ -16,7 +16,7 @@ from explorer.predict import MODEL_FACTS
 from explorer.presets import A100_GEMM_EFFICIENCY
 from explorer.validate import fit_efficiency, load_table, predict_metric, score, scores
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "explorer" / "data" / "published"
+PUBLISHED = Path(__file__).resolve().parents[3] / "explorer" / "data" / "published"
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The fake comm and its runner (workloads/fakecomm.py, workloads/comm.py) under the
 collectives: deterministic runs, message pairing, ``drive``, and the errors that name
-stuck ranks or dead links (helpers in tests/unit/test_collectives.py)."""
+stuck ranks or dead links (helpers in tests/unit/workloads/test_collectives.py)."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """Bad inputs to the collectives, their schedules and the fake comm: each a clear error
-naming the bad value (helpers in tests/unit/test_collectives.py)."""
+naming the bad value (helpers in tests/unit/workloads/test_collectives.py)."""
 
 import itertools
 

@@ -116,7 +116,7 @@ def test_gpipe_is_the_tandem_queue_formula() -> None:
 
 
 def test_latency_stalled_1f1b_matches_the_hand_computed_schedule() -> None:
-    # tests/unit/test_pipesim.py computes this one by hand: 19 (17 without the stall).
+    # tests/unit/explorer/test_pipesim.py computes this one by hand: 19 (17 without the stall).
     assert pipeline_time("1f1b", 2, 4, 1, 0, 1.0, 2.0, 1.0, 0.0, 0.0, 0.0, 1) == 19.0
 
 

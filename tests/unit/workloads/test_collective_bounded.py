@@ -1,6 +1,6 @@
 """The bounded-loss Transpose AllReduce (workloads/collective_transpose.py) on the fake
 network: every lost entry accounted for, exact outside the lost ranges, deadlines, and
-the bounded all-gather (helpers and conventions in tests/unit/test_collectives.py)."""
+the bounded all-gather (helpers and conventions in tests/unit/workloads/test_collectives.py)."""
 
 import numpy as np
 import pytest
