@@ -20,11 +20,12 @@ selected claim is checked before any runs (`load_selected`).
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from commands.reproduce.claim import ClaimKind, ClaimSpec, ClaimSpecError
+from emu.errors import EmuError
+from workloads.experiment.reader import read_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAIMS_DIR = ROOT / "experiments" / "reproduce"
@@ -37,11 +38,9 @@ _KEYS = (*_STRINGS, "repetitions", "params", "quick")
 def parse(path: Path, kinds: Mapping[str, ClaimKind]) -> ClaimSpec:
     """Parse and check one claim file (its kind's ``check`` included)."""
     try:
-        doc = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ClaimSpecError(f"{path}: not valid TOML: {e}") from None
-    except OSError as e:
-        raise ClaimSpecError(f"{path}: cannot read: {e.strerror}") from None
+        doc = read_toml(path, "claim")
+    except EmuError as e:
+        raise ClaimSpecError(str(e)) from None
     unknown = sorted(set(doc) - set(_KEYS))
     if unknown:
         raise ClaimSpecError(f"{path}: unknown key {unknown[0]!r}: valid keys are "

@@ -9,7 +9,6 @@ there is one validator of experiment keys.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 from emu.errors import EmuError
 from workloads.experiment import limits
-from workloads.experiment.reader import Table, type_name
+from workloads.experiment.reader import Table, read_toml, type_name
 
 __all__ = ["DEFAULT_RETRIES", "MAX_RETRIES", "TOP", "SweepFile", "flatten", "load", "parse"]
 
@@ -77,14 +76,7 @@ def flatten(where: str, table: str, data: object) -> dict[str, Any]:
 def load(path: str | Path) -> SweepFile:
     """Read and check a sweep file (see the package docstring)."""
     p = Path(path)
-    if not p.is_file():
-        raise EmuError(f"sweep file {str(p)!r} does not exist")
-    if p.suffix != ".toml":
-        raise EmuError(f"sweep file {str(p)!r}: must be a .toml file")
-    try:
-        data = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise EmuError(f"{p}: not valid TOML: {e}") from None
+    data = read_toml(p, "sweep")
     return parse(data, str(p), base_dir=p.resolve().parent)
 
 

@@ -6,7 +6,6 @@ the tables' rules are tables.py's, the timeline's timeline.py's.
 from __future__ import annotations
 
 import copy
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from emu import timeline as tl
 from emu.errors import EmuError
 from workloads.experiment import limits, tables
 from workloads.experiment.config import CLOCKS, Experiment, FabricConfig, field_default
-from workloads.experiment.reader import Table
+from workloads.experiment.reader import Table, read_toml
 from workloads.experiment.timeline import check_clock, read_timeline
 
 __all__ = ["TOP", "load", "parse", "parse_fabric"]
@@ -29,14 +28,7 @@ MAX_SEED = 2**32 - 1
 def load(path: str | Path) -> Experiment:
     """Read and validate an experiment file (see the package docstring)."""
     p = Path(path)
-    if not p.is_file():
-        raise EmuError(f"experiment file {str(p)!r} does not exist")
-    if p.suffix != ".toml":
-        raise EmuError(f"experiment file {str(p)!r}: must be a .toml file")
-    try:
-        data = tomllib.loads(p.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise EmuError(f"{p}: not valid TOML: {e}") from None
+    data = read_toml(p, "experiment")
     return parse(data, str(p), base_dir=p.resolve().parent)
 
 
