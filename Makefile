@@ -39,3 +39,16 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+
+# A Debian 12 VM, end to end (root; installs vagrant, vagrant-libvirt, libvirt and qemu on
+# the host when missing). vagrant-box builds the box locally with debootstrap (no box
+# catalogue needed); vagrant-check boots it, provisions it with scripts/setup.sh, runs the
+# quick reproduction inside, copies the report to results/vagrant-reproduce/ and destroys
+# the VM (on failure too). See scripts/vagrant/.
+.PHONY: vagrant-box vagrant-check
+
+vagrant-box:
+	bash scripts/vagrant/build-box.sh
+
+vagrant-check:
+	bash scripts/vagrant/check.sh
