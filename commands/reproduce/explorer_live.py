@@ -25,9 +25,11 @@ COLLECTIVES = ("ring", "hierarchical")
 
 
 def live_gain(ctx: ClaimContext, delay_ms: float, steps: int,
-              compute_ms: float) -> dict[str, Any]:
+              compute_ms: float, allow_overruns: bool = False) -> dict[str, Any]:
     """Predict and measure the gain (module docstring); ``steps`` per run, each with
-    ``compute_ms`` of modelled compute."""
+    ``compute_ms`` of modelled compute. A run whose real compute overran the model in
+    more than 5 % of its steps is refused unless ``allow_overruns``; every run's overrun
+    fraction is returned either way."""
     from explorer.calibration import load_calibration
     from explorer.emulator_check import WARMUP, Run
     from explorer.predict import predict
@@ -37,7 +39,8 @@ def live_gain(ctx: ClaimContext, delay_ms: float, steps: int,
     base = with_overrides(load(EXPERIMENT), {"fabric.dci_delay_ms": float(delay_ms),
                                              "workload.steps": int(steps),
                                              "workload.compute_ms": float(compute_ms),
-                                             "repetitions": ctx.repetitions})
+                                             "repetitions": ctx.repetitions,
+                                             "workload.allow_overruns": allow_overruns})
     cal = load_calibration()
     exps = {c: with_overrides(base, {"transport.collective": c}) for c in COLLECTIVES}
     predicted = {c: float(predict(e, cal)["healthy_step_s"]) for c, e in exps.items()}
@@ -49,6 +52,10 @@ def live_gain(ctx: ClaimContext, delay_ms: float, steps: int,
                    interleave=True)
     records = [json.loads(line) for line in (out_dir / "results.jsonl").read_text()
                .splitlines() if line.strip()]
+    from workloads.overruns import overrun_stats
+
+    overruns = {c: [stats.job_fraction if (stats := overrun_stats(records, c, rep)) else 0.0
+                    for rep in range(ctx.repetitions)] for c in COLLECTIVES}
     steps_s: dict[str, dict[int, float]] = {c: {} for c in COLLECTIVES}
     for c in COLLECTIVES:
         for rep in range(ctx.repetitions):
@@ -63,5 +70,5 @@ def live_gain(ctx: ClaimContext, delay_ms: float, steps: int,
             "predicted_step_s": predicted,
             "predicted_gain": predicted["ring"] / predicted["hierarchical"],
             "measured_step_s": {c: [v[k] for k in sorted(v)] for c, v in steps_s.items()},
-            "measured_gain": spread(paired), "n": len(paired),
+            "measured_gain": spread(paired), "n": len(paired), "overruns": overruns,
             "results": str(out_dir.relative_to(ctx.out_dir))}
