@@ -39,7 +39,7 @@ from commands.reproduce.claim import (
 )
 from commands.reproduce.params import Param, check_params, positive
 from commands.reproduce.plots import bars
-from commands.reproduce.verdict import judge
+from commands.reproduce.verdict import judge, spread
 
 ROOT = Path(__file__).resolve().parents[2]
 ORDER: tuple[Verdict, ...] = ("does not hold here", "holds in direction", "holds")
@@ -158,7 +158,7 @@ def _emulator_check(ctx: ClaimContext) -> dict[str, Any]:
 
 
 def _fig(name: str, system: str, xs: list[float], clock: str = "full-scale") -> Figure:
-    return Figure(name, system, "x", clock, statistics.median(xs), min(xs), max(xs), len(xs))
+    return Figure(name, system, "x", clock, *spread(xs), len(xs))
 
 
 def _live_part(live: dict[str, Any]) -> tuple[list[Figure], str]:
