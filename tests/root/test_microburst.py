@@ -87,6 +87,20 @@ def drop_intervals(samples: list[tuple[float, int]]) -> list[tuple[float, float,
     return [(t0, t1, d1 - d0) for (t0, d0), (t1, d1) in pairs if d1 > d0]
 
 
+def sent_windows(run: Run) -> list[tuple[float, float]]:
+    """Per burst, the span from its first source's first datagram to its last source's
+    last one (CLOCK_MONOTONIC), from the senders' per-burst records."""
+    sched = run.mb.windows()
+    spans: dict[int, list[float]] = {}
+    for res in run.mb.results.values():
+        assert res is not None
+        for k, lag, end_off, _n in res["records"]:
+            a, b = sched[int(k)]
+            span = spans.setdefault(int(k), [a + lag, b + end_off])
+            span[0], span[1] = min(span[0], a + lag), max(span[1], b + end_off)
+    return [(a, b) for _, (a, b) in sorted(spans.items())]
+
+
 def burst_processes(fab: Fabric) -> list[int]:
     """Processes in the fabric's namespaces that run the burst sender."""
     inodes = {ns_inode(k.pid) for k in fab.kernels.values()} - {None}
@@ -218,11 +232,17 @@ def test_explicit_schedule(fab):
     sched = ((0.0, 30.0), (0.25, 40.0), (0.6, 30.0))
     run = burst(fab, MicroburstSpec("p0l0:h1", ("h0", "h2", "h4"), on_ms=1, every_ms=2,
                                     schedule=sched), seconds=0.75)
-    wins = run.mb.windows()
-    assert [round(b - a, 3) for a, b in wins] == [0.03, 0.04, 0.03]
+    assert [round(b - a, 3) for a, b in run.mb.windows()] == [0.03, 0.04, 0.03]
+    assert all(s["bursts"] == 3 and s["late_skipped"] == 0
+               for s in run.report["sources"].values())
+    # Drops are matched to the windows the senders actually sent in: on two busy shared
+    # cores a sender can wake a few ms late, and the report says by how much.
+    wins = sent_windows(run)
+    assert len(wins) == 3
     intervals = drop_intervals(run.samples)
+    sched = run.mb.windows()
+    late = [round((w[0] - s[0]) * 1e3, 2) for w, s in zip(wins, sched, strict=True)]
     for ws, we in wins:
-        assert any(a < we + TOL_S and b > ws for a, b, _ in intervals), (ws - run.mb.t0)
-    assert all(any(a < we + TOL_S and b > ws for ws, we in wins) for a, b, _ in intervals)
-    assert all(s["bursts"] == 3 for s in run.report["sources"].values())
+        assert any(a < we + TOL_S and b > ws for a, b, _ in intervals), (ws - run.mb.t0, late)
+    assert all(any(a < we + TOL_S and b > ws for ws, we in wins) for a, b, _ in intervals), late
     assert run.report["drops_other_total"] == 0
