@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -254,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="emu", description="scaleacross-emu: emulated multi-plane "
                                 "Clos fabrics with SRv6 source routing")
     p.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    p.add_argument("--timeout-scale", metavar="X", default=None,
+                   help="wait X times longer (1-1000) for processes, routes and ports to get "
+                        "ready, on a machine much slower than normal (e.g. a VM under "
+                        "software emulation); sets SAE_TIMEOUT_SCALE for every child. "
+                        "Measured times and deadlines do not scale")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("doctor", help="probe kernel capabilities and what the emulator uses")
@@ -380,6 +386,16 @@ def _bfd_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bfd-multiplier", type=int, default=3, help="BFD detect multiplier")
 
 
+def _apply_timeout_scale(text: str | None) -> None:
+    """``--timeout-scale``, checked, into the environment every child inherits; without
+    it an inherited ``SAE_TIMEOUT_SCALE`` is still checked here, before anything starts."""
+    from emu import timeouts
+
+    if text is not None:
+        os.environ[timeouts.ENV] = f"{timeouts.parse_scale(text, '--timeout-scale'):g}"
+    timeouts.timeout_scale()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `emu`."""
     args = build_parser().parse_args(argv)
@@ -387,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
+        _apply_timeout_scale(args.timeout_scale)
         return args.func(args)
     except (EmuError, TopologyError, SpecError, ValueError) as e:
         print(f"emu: error: {e}", file=sys.stderr)

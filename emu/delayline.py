@@ -35,6 +35,7 @@ from emu import delayline_relay as _relay
 from emu.errors import EmuError
 from emu.launch import Child
 from emu.netns import entered
+from emu.timeouts import scaled
 
 TUNSETIFF = 0x400454CA
 IFF_TAP = 0x0002
@@ -203,7 +204,7 @@ class DelayLine:
             for fd in child_fds:
                 os.close(fd)
         try:
-            self._proc.wait_ready(READY_TIMEOUT_S)
+            self._proc.wait_ready(scaled(READY_TIMEOUT_S))
         except EmuError as e:
             self.stop()
             raise RuntimeError(str(e)) from None

@@ -189,7 +189,20 @@ def check() -> list[Capability]:
     fr, frd = _frr()
     caps.append(Capability("frr", fr, frd, "BGP/BFD control plane for the ECMP baseline"
                            if fr else "static ECMP only (no --control-plane bgp)"))
+    caps.append(_timeouts())
     return caps
+
+
+def _timeouts() -> Capability:
+    """The readiness-wait scale in force (``emu.timeouts``): a setting, always usable."""
+    from emu import timeouts
+
+    scale = timeouts.timeout_scale()
+    set_by = (f"{timeouts.ENV}={scale:g}" if os.environ.get(timeouts.ENV, "").strip()
+              else f"{timeouts.ENV} not set")
+    use = ("readiness waits as on a normal machine" if scale == 1.0 else
+           f"readiness waits {scale:g}x longer (processes, BGP, routes, ports)")
+    return Capability("timeout scale", True, set_by, use)
 
 
 def report(caps: list[Capability], as_json: bool) -> str:

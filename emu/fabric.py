@@ -40,6 +40,7 @@ from emu.kernel import NodeKernel, create_veths, netem_works
 from emu.mininet_topo import MultiPlaneClosTopo
 from emu.netns import NETNS_RUN_DIR, bind_name, ns_inode, unbind_name
 from emu.nodes import EmuHost, EmuNet, LinuxRouter, VethLink
+from emu.timeouts import describe, scaled
 from topologies import MultiPlaneClos, ScaleAcross
 from topologies.routing import ECMP_MODES, EcmpMode, NodePlan, plan_fabric
 from topologies.routing_dci import plan_scaleacross
@@ -242,7 +243,7 @@ class Fabric:
             raise EmuError("wait_converged needs a running fabric with control_plane='bgp'")
         assert isinstance(self.spec, MultiPlaneClos)  # __init__ refuses bgp on a ScaleAcross
         t0 = time.monotonic()
-        deadline = t0 + timeout
+        deadline = t0 + scaled(timeout)
         next_report = t0 + 1.0
         total = sum(len(r) for r in frr.expected_routes(self.spec).values())
         while True:
@@ -258,11 +259,11 @@ class Fabric:
                 if missing:
                     detail = "; ".join(f"{leaf}: {', '.join(bad[:3])}"
                                        for leaf, bad in list(missing.items())[:4])
-                    raise EmuError(f"BGP did not converge within {timeout} s: "
+                    raise EmuError(f"BGP did not converge within {describe(timeout)}: "
                                    f"{sum(map(len, missing.values()))} of {total} leaf routes "
                                    f"missing or partial ({detail})")
                 detail = "; ".join(f"{n}: {', '.join(b[:3])}" for n, b in list(bfd.items())[:4])
-                raise EmuError(f"BFD sessions not up within {timeout} s ({detail})")
+                raise EmuError(f"BFD sessions not up within {describe(timeout)} ({detail})")
             if now >= next_report:
                 done = total - sum(map(len, missing.values()))
                 self._progress(f"waiting for BGP: {done}/{total} leaf ECMP routes"

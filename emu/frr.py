@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from emu.errors import EmuError
 from emu.netns import entered
+from emu.timeouts import describe, scaled
 from topologies import MultiPlaneClos, Role, ScaleAcross
 from topologies.routing import NodePlan, originated_prefixes
 
@@ -389,11 +390,11 @@ def wait_withdrawn(fab: Fabric, node: str, prefix: IPv6Network | str, ifname: st
     Polls netlink every ``interval`` s at first, backing off to 5 % of the time
     already waited (a slow convergence is still timed within ~5 %, and a long
     wait does not steal the CPU from the traffic being measured); TimeoutError
-    with the route's state otherwise.
+    with the route's state otherwise. ``timeout`` scales with ``SAE_TIMEOUT_SCALE``.
     """
     k = fab.node_kernel(node)
     t0 = time.monotonic()
-    deadline = t0 + timeout
+    deadline = t0 + scaled(timeout)
     while True:
         hops = route_nexthops(k, prefix)
         now = time.monotonic()
@@ -401,7 +402,7 @@ def wait_withdrawn(fab: Fabric, node: str, prefix: IPv6Network | str, ifname: st
             return now - t0
         if now > deadline:
             raise TimeoutError(f"{node}: {ifname} still a next hop of {prefix} after "
-                               f"{timeout} s (next hops: {sorted(hops)})")
+                               f"{describe(timeout)} (next hops: {sorted(hops)})")
         time.sleep(max(interval, 0.05 * (now - t0)))
 
 

@@ -23,6 +23,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import IFF_MULTICAST, IFF_NOARP, IFF_UP
 
 from emu.errors import EmuError
 from emu.netns import entered, write_sysctl
+from emu.timeouts import describe, scaled
 from topologies import LinkSpec, Role
 from topologies.qos import CTRL_TCLASS
 from topologies.routing import MAIN_TABLE, NodePlan, Route
@@ -209,16 +210,18 @@ class NodeKernel:
         machine); the operstate may still read UP from before the cut, so it does not
         tell. IPv6 sets IF_READY (cleared by admin down) only once the link is oper-up
         with a real qdisc, after that worker. A port without carrier cannot forward
-        until its peer comes up: nothing to wait for.
+        until its peer comes up: nothing to wait for. ``timeout`` scales with
+        ``SAE_TIMEOUT_SCALE``.
         """
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while True:
             link = self.ipr.get_links(self.ifindex[ifname])[0]
             if not link.get_attr("IFLA_CARRIER") or _inet6_flags(link) & IF_READY:
                 return
             if time.monotonic() > deadline:
                 raise EmuError(
-                    f"port {self.name}:{ifname} has carrier but does not forward {timeout}s "
+                    f"port {self.name}:{ifname} has carrier but does not forward "
+                    f"{describe(timeout)} "
                     f"after coming up (operstate {link.get_attr('IFLA_OPERSTATE')}, IPv6 "
                     f"flags {_inet6_flags(link):#x}, want IF_READY {IF_READY:#x})")
             time.sleep(0.002)  # the worker is usually done within a few milliseconds

@@ -35,6 +35,7 @@ from typing import Any
 
 from emu.childproto import LIFELINE_ENV, READY, START
 from emu.errors import EmuError
+from emu.timeouts import describe, scaled
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 STDERR_TAIL_LINES = 200
@@ -169,7 +170,9 @@ class Child:
         return self._ready.wait(max(0.0, timeout))
 
     def wait_ready(self, timeout: float) -> Record:
-        """Its ``ready`` record; EmuError naming the child if it exits or times out first."""
+        """Its ``ready`` record; EmuError naming the child if it exits or times out first.
+        ``timeout`` is in this machine's seconds: callers scale a normal-machine bound
+        with ``emu.timeouts.scaled`` (a group's ``wait_ready`` does)."""
         if not self._ready.wait(max(0.0, timeout)):
             raise EmuError(self.why(f"did not get ready within {timeout:.0f} s"))
         if self.ready_record is None:
@@ -280,8 +283,9 @@ class ChildGroup:
 
     def wait_ready(self, timeout: float) -> dict[str, Record]:
         """Every child's ``ready`` record; EmuError naming the first child that exits
-        before it is ready (at once, not after the others), or one still not ready."""
-        end = time.monotonic() + timeout
+        before it is ready (at once, not after the others), or one still not ready.
+        ``timeout`` is a normal machine's bound, scaled by ``SAE_TIMEOUT_SCALE``."""
+        end = time.monotonic() + scaled(timeout)
         pending = list(self)
         while pending:
             for c in [c for c in pending if c.settled]:
@@ -289,7 +293,7 @@ class ChildGroup:
                 pending.remove(c)
             left = end - time.monotonic()
             if pending and left <= 0:
-                raise EmuError(pending[0].why(f"did not get ready within {timeout:.0f} s"))
+                raise EmuError(pending[0].why(f"did not get ready within {describe(timeout)}"))
             if pending:
                 pending[0].settle(min(POLL_S, left))
         return {c.name: c.ready_record for c in self if c.ready_record is not None}

@@ -71,6 +71,7 @@ from emu.burst_spec import MicroburstError, MicroburstSpec
 from emu.childproto import START
 from emu.errors import EmuError
 from emu.launch import Child
+from emu.timeouts import scaled
 
 if TYPE_CHECKING:
     from emu.counters import QueueStats
@@ -316,7 +317,7 @@ def arm_all(bursts: Sequence[Microburst], timeout: float = READY_TIMEOUT_S) -> N
     try:
         for b in bursts:
             b._spawn()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         for b in bursts:
             b._await_ready(deadline)
     except BaseException:

@@ -11,6 +11,7 @@
 #   SAE_VM_DRIVER      kvm | qemu (software emulation); default kvm, or qemu when this
 #                      host's /dev/kvm is PVM (kvm_pvm), which cannot run a stock kernel
 #   SAE_VM_TIMEOUT_S   limit on the last provisioning step (default 5400)
+#   SAE_TIMEOUT_SCALE  readiness waits inside the VM (Vagrantfile: 1 under kvm, 20 under qemu)
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -96,6 +97,7 @@ host_info() {
         echo "libvirt: $(virsh -c "$LIBVIRT_URI" version --daemon 2>/dev/null | grep -i daemon || true)"
         echo "kvm modules: $(cd /sys/module && echo kvm*)"
         echo "VM: 2 vCPUs, 4096 MB (Vagrantfile), libvirt driver $SAE_VM_DRIVER"
+        echo "timeout scale in the VM: ${SAE_TIMEOUT_SCALE:-Vagrantfile default}"
     } | tee "$stage/host.txt"
 }
 

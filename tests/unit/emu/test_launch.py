@@ -66,8 +66,18 @@ def test_a_child_that_fails_before_ready_is_named_at_once():
 def test_a_child_that_never_gets_ready_times_out_by_name():
     with ChildGroup() as group:
         group.spawn("mute", py("import time; time.sleep(60)"))
-        with pytest.raises(EmuError, match="mute did not get ready within 0 s"):
+        with pytest.raises(EmuError, match="mute did not get ready within 0.2 s"):
             group.wait_ready(0.2)
+
+
+def test_a_slow_machine_scales_the_ready_wait(monkeypatch):
+    monkeypatch.setenv("SAE_TIMEOUT_SCALE", "3")
+    with ChildGroup() as group:
+        group.spawn("mute", py("import time; time.sleep(60)"))
+        t = time.monotonic()
+        with pytest.raises(EmuError, match=r"within 0.6 s \(0.2 s x SAE_TIMEOUT_SCALE 3\)"):
+            group.wait_ready(0.2)
+        assert time.monotonic() - t >= 0.6  # it waited the scaled bound, not the nominal one
 
 
 def test_record_returns_none_at_end_of_output():

@@ -96,6 +96,7 @@ def test_defaults_provision_setup_then_the_quick_reproduction(tmp_path: Path) ->
     assert setup["env"] == {}  # no local wheels: setup.sh asks PyTorch's CPU index itself
     assert last["inline"] == "bash /vagrant/scripts/vagrant/in-vm.sh reproduce"
     assert last["privileged"] is True
+    assert last["env"] == {"SAE_TIMEOUT_SCALE": "1"}  # kvm: a normal machine's waits
     # The script the step runs exists and runs `emu reproduce --quick`.
     in_vm = (ROOT / "scripts/vagrant/in-vm.sh").read_text()
     assert '"$EMU" reproduce --quick --out "$OUT/reproduce"' in in_vm
@@ -118,6 +119,10 @@ def test_libvirt_cpu_follows_the_driver(tmp_path: Path) -> None:
     assert lv["driver"] == "qemu"
     assert lv["qemuargs"] == ["-cpu", "max"]
     assert emulated["boot_timeout"] > configured(tmp_path)["boot_timeout"]
+    # Software emulation: the emulator inside waits longer for things to get ready.
+    assert emulated["provisions"][-1]["opts"]["env"] == {"SAE_TIMEOUT_SCALE": "20"}
+    chosen = configured(tmp_path, SAE_VM_DRIVER="qemu", SAE_TIMEOUT_SCALE="40")
+    assert chosen["provisions"][-1]["opts"]["env"] == {"SAE_TIMEOUT_SCALE": "40"}
 
 
 def test_project_synced_by_rsync_without_host_state(tmp_path: Path) -> None:
@@ -181,6 +186,8 @@ def test_local_box_by_environment(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("var", "value", "valid"), [
     ("SAE_VM_RUN", "everything", "reproduce, smoke or none"),
     ("SAE_VM_DRIVER", "xen", "kvm or qemu"),
+    ("SAE_TIMEOUT_SCALE", "0.5", "a number from 1 to 1000"),
+    ("SAE_TIMEOUT_SCALE", "fast", "a number from 1 to 1000"),
 ])
 def test_bad_settings_are_refused_by_name(tmp_path: Path, var: str, value: str,
                                           valid: str) -> None:
