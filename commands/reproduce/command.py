@@ -1,7 +1,8 @@
 """The `emu reproduce` subcommand (parser and entry point).
 
 ``emu reproduce [CLAIM ...] [--quick] [--out DIR] [--list]`` loads every claim file of
-experiments/reproduce/ (each checked by its kind before anything runs), runs the selected
+experiments/reproduce/, or the claim files named by path (each checked by its kind
+before anything runs), runs the selected
 ones in order and writes ``results/reproduce-TIME/`` (or ``--out``): a directory per
 claim, ``summary.json``, ``report.md`` and ``report.html``. The exit status is 0 when
 every claim reached a verdict (whatever it is), 1 when one failed to run.
@@ -31,7 +32,8 @@ def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
         "named) with its baselines in one run, repeated and interleaved, and writes "
         "report.md, report.html and summary.json. Building fabrics needs root.")
     p.add_argument("claims", nargs="*", metavar="CLAIM",
-                   help="claim ids (file stems of experiments/reproduce/*.toml); default all")
+                   help="claim ids (file stems of experiments/reproduce/*.toml), or paths "
+                   "of claim files (e.g. a copy with other [params]); default all")
     p.add_argument("--quick", action="store_true",
                    help="the claims' quick settings (all claims in about 15 minutes)")
     p.add_argument("--out", help="report directory (default results/reproduce-TIMESTAMP)")

@@ -96,17 +96,38 @@ def load_all(kinds: Mapping[str, ClaimKind], directory: Path = CLAIMS_DIR) -> li
     return in_paper_order([parse(p, kinds) for p in claim_files(directory)])
 
 
+def is_path(claim: str) -> bool:
+    """Whether a CLAIM argument names a file (``*.toml`` or with a directory) rather
+    than a claim id of experiments/reproduce/."""
+    return claim.endswith(".toml") or "/" in claim
+
+
 def load_selected(ids: Sequence[str], kinds: Mapping[str, ClaimKind],
                   directory: Path = CLAIMS_DIR) -> list[ClaimSpec]:
     """The claims named by ``ids``, in that order (all of them, in paper order, when
-    empty), each parsed and checked before any runs; an unknown id names the valid ones."""
+    empty), each parsed and checked before any runs. An id names a file of
+    ``directory``; a path (``is_path``) names any claim file, e.g. a copy of one with
+    other parameters, whose id is its stem. An unknown id names the valid ones."""
     files = {p.stem: p for p in claim_files(directory)}
-    if not files:
-        raise ClaimSpecError(f"{directory}: no claim files (*.toml)")
-    for i in ids:
-        if i not in files:
+    if not ids:
+        if not files:
+            raise ClaimSpecError(f"{directory}: no claim files (*.toml)")
+        return in_paper_order([parse(p, kinds) for p in files.values()])
+    chosen: dict[str, Path] = {}
+    for i in dict.fromkeys(ids):
+        if is_path(i):
+            path = Path(i)
+            if not path.is_file():
+                raise ClaimSpecError(f"claim file {i!r} does not exist")
+        elif i in files:
+            path = files[i]
+        else:
             raise ClaimSpecError(f"claim {i!r} is unknown: valid claims are "
-                                 f"{', '.join(files)} (files in {directory})")
-    if ids:  # as named
-        return [parse(files[i], kinds) for i in dict.fromkeys(ids)]
-    return in_paper_order([parse(p, kinds) for p in files.values()])
+                                 f"{', '.join(files) or '(none)'} (files in {directory}), "
+                                 "or the path of a claim file (*.toml)")
+        if path.stem in chosen and chosen[path.stem].resolve() != path.resolve():
+            raise ClaimSpecError(f"claims {str(chosen[path.stem])!r} and {i!r} share the id "
+                                 f"{path.stem!r} (a file's stem names its report directory): "
+                                 "rename one")
+        chosen[path.stem] = path
+    return [parse(p, kinds) for p in chosen.values()]

@@ -121,3 +121,24 @@ def test_selection_checks_every_named_claim_and_names_the_valid_ones(tmp_path: P
         load_selected([], KINDS, tmp_path)  # a bad file stops the run before anything runs
     with pytest.raises(ClaimSpecError, match="no claim files"):
         load_selected([], KINDS, tmp_path / "empty")
+
+
+def test_a_claim_file_is_selected_by_path(tmp_path: Path) -> None:
+    stock = tmp_path / "stock"
+    stock.mkdir()
+    _write(stock, GOOD, "a.toml")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    copy = _write(mine, GOOD.replace('paper = "MRC"', 'paper = "DBLP"'), "a_fast.toml")
+    specs = load_selected(["a", str(copy)], KINDS, stock)
+    assert [(s.id, s.paper) for s in specs] == [("a", "MRC"), ("a_fast", "DBLP")]
+    with pytest.raises(ClaimSpecError, match="claim file 'mine/none.toml' does not exist"):
+        load_selected(["mine/none.toml"], KINDS, stock)
+    same_stem = _write(mine, GOOD, "a.toml")
+    with pytest.raises(ClaimSpecError, match="share the id 'a'.*rename one"):
+        load_selected(["a", str(same_stem)], KINDS, stock)
+    # the same file twice, by id and by path, is one claim
+    assert [s.id for s in load_selected(["a", str(stock / "a.toml")], KINDS, stock)] == ["a"]
+    bad = _write(mine, GOOD.replace("repetitions = 3", "repetitions = 2"), "b.toml")
+    with pytest.raises(ClaimSpecError, match="b.toml: repetitions = 2"):
+        load_selected([str(bad)], KINDS, stock)
