@@ -15,7 +15,9 @@ Loss detection (sprayed traffic reorders across paths, not within one):
      of all EVs together, within [floor, rto_max], doubled per RTO without progress,
      counted from the packet's send time and, as long as nothing sent after it has
      been acknowledged, restarted by every ACK of new data (RFC 6298: while that
-     ACK clock runs, a queue ahead of the packet is still draining). The floor is
+     ACK clock runs, a queue ahead of the packet is still draining; once something
+     sent after it is acknowledged, it is due from its send time again and its timer
+     is re-armed to that, so a lost tail does not wait an RTO after the last ACK). The floor is
      ``max(rto_min, rto_min_rtts * base RTT)``, the base RTT being NSCC's
      (transports/rto.py): it scales with the path.
 A lost packet is retransmitted (same PSN, FLAG_RETX) on another EV than the one
@@ -120,6 +122,9 @@ class LossDetector:
         self.strike_at = INF  # when the first strike without progress came
         self.strike_until = -INF
         self.progress_at = -INF  # the last ACK that acknowledged new data
+        # packets whose RTO an ACK clock restarted (rule C): due from their send time again
+        # once something sent after them is acknowledged, so their timer is re-armed then
+        self.restarted: deque[tuple[int, int]] = deque()  # (seq, psn)
         self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
         self.floor = cfg.rto_min  # the RTO floor (rto_floor())
 
@@ -196,6 +201,7 @@ class LossDetector:
         self.tail_due.clear()
         self.tail_probes.clear()
         self.rto_heap.clear()
+        self.restarted.clear()
         self.order.clear()
         for q in self.ev_q:
             q.clear()
@@ -229,6 +235,8 @@ class LossDetector:
             later = start + min(self.cfg.rto_max, self.rto(p.ev) * (1 << min(self.strikes, 30)))
             if later > now:  # the RTT estimate grew, or ACKs came since: wait
                 heapq.heappush(heap, (later, seq, psn))
+                if start > p.sent:  # restarted: due earlier once a later packet gets through
+                    self.restarted.append((seq, psn))
                 continue
             fired = True
             if self.hi_seq > p.seq:  # something sent after it got through: its path lost it
@@ -314,7 +322,30 @@ class LossDetector:
                 self.undo(psn, now, ev)
                 return
 
+    def rearm_restarted(self) -> None:
+        """Rule C: a packet whose RTO an ACK clock restarted counts from its send time
+        again as soon as a transmission sent after it has been acknowledged (the queue
+        ahead of it drained past it); its timer is re-armed to that earlier deadline (the
+        later heap entry goes stale), so a lost tail does not wait a whole RTO from the
+        last ACK of new data."""
+        q = self.restarted
+        hi = self.hi_seq
+        cap = self.cfg.rto_max
+        backoff = 1 << min(self.strikes, 30)
+        for _ in range(len(q)):
+            seq, psn = q.popleft()
+            p = self.inflight.get(psn)
+            if p is None or p.seq != seq or p.lost:
+                continue
+            if seq < hi:
+                heapq.heappush(self.rto_heap,
+                               (p.sent + min(cap, self.rto(p.ev) * backoff), seq, psn))
+            else:
+                q.append((seq, psn))
+
     def detect(self, now: float, touched: set[int]) -> None:
+        if self.restarted:
+            self.rearm_restarted()
         for ev in touched:  # A: a later packet on the same (FIFO) path got through
             q = self.ev_q[ev]
             hi = self.hi_acked_seq[ev]
