@@ -157,6 +157,33 @@ def test_result_with_training_reports_its_steps(tmp_path: Path) -> None:
     assert "one training per system" in r.setting
 
 
+def test_training_with_repetitions_is_judged_per_kind(tmp_path: Path) -> None:
+    spec = _spec()
+    p = {**spec.effective_params(False), "kinds": ["link_cut"]}
+    lost = {("mrc", "link_cut"): [0.01] * 3, ("rc", "link_cut"): [0.2] * 3,
+            ("tcp", "link_cut"): [0.3] * 3}
+
+    def f(med: float, lo: float, hi: float) -> dict:
+        return {"median": med, "lo": lo, "hi": hi, "n": 3}
+
+    by_kind = {"link_cut": {"mrc": f(0.06, 0.05, 0.09), "rc": f(0.16, 0.15, 0.19),
+                            "tcp": f(0.28, 0.23, 0.30)},
+               "spine_down": {"mrc": f(0.04, 0.04, 0.05), "rc": f(0.08, 0.04, 0.09),
+                              "tcp": f(0.13, 0.09, 0.21)},
+               "gray": {"mrc": f(0.09, 0.08, 0.10), "rc": f(0.04, 0.03, 0.05),
+                        "tcp": f(0.10, 0.09, 0.12)}}
+    agg = {f"{s}/{k}": {"failure_lost_s": v} for k, row in by_kind.items()
+           for s, v in row.items()}
+    training = {"runs": [], "aggregate": agg, "kinds": list(by_kind)}
+    r = cf.result(spec, ClaimContext(tmp_path, False, 3, lambda m: None), p,
+                  _measured(lost, training))
+    assert ("link_cut: MRC 60 [50-90] ms vs rc 160 [150-190] ms, MRC loses less, beyond "
+            "the spread") in r.reason
+    assert "spine_down: MRC 40 [40-50] ms vs rc 80 [40-90] ms, within the spread" in r.reason
+    assert "gray: MRC 90 [80-100] ms vs rc 40 [30-50] ms, MRC loses more, beyond" in r.reason
+    assert "one training per system" not in r.setting
+
+
 def test_longest_stall_and_clipped_loss() -> None:
     assert longest_stall([(0.0, 0), (0.1, 10), (0.2, 10), (0.35, 10), (0.4, 20)]) == 0.25
     run = TransferRun("mrc", "gray", 0, 0.98, 1.0, 0.4, "l", 0.0)
