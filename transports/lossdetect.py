@@ -37,13 +37,21 @@ Without that evidence (every EV silent since the packet was sent: a delay spike 
 the receiver's port that every EV crosses, a lost tail, a lost ACK, or the peer
 gone) an RTO is **silent** (``rto_silent``) and nothing is resent yet: a tail probe
 (``tx_tail_probe``: a PROBE with FLAG_TAIL and FLAG_ACK_REQ, no payload) goes on the
-next active EV in turn (no path is suspected more than another) in the data class,
-so it queues behind whatever is ahead of it at the receiver's port, and the
-receiver answers it at once with a full ACK (cumulative and SACK) echoing its
-timestamp. The probe is a transmission sent after the packet: if its answer comes
-and the packet is still unacknowledged, the packet is lost (``loss_tail_probe``)
-and resent; if the packet was only queued, it arrived first and that answer
-acknowledges it; if an ACK was lost, the answer carries what it did. The first
+packet's own EV, in the data class, so it queues behind the packet in every FIFO of
+its path (its NIC's, the switches', the receiver's port), and the receiver answers
+it at once with a full ACK (cumulative and SACK) echoing its timestamp. The probe is
+a transmission sent after the packet: if its answer comes and the packet is still
+unacknowledged, the packet is lost (``loss_tail_probe``) and resent; if the packet
+was only queued, it arrived first and that answer acknowledges it; if an ACK was
+lost, the answer carries what it did. A second copy (against a lost probe or
+answer, or a dead path) goes on the next active EV in turn of the packet's NIC,
+from the second silent RTO of one transmission on around it (on another NIC's EV).
+That copy does not follow the packet (each plane has a NIC of its own, a FIFO the
+host's connections share, and each EV its own switch queues), so while the packet
+is outstanding its answer condemns nothing at once (``tail_answered_around``): it
+is evidence against the packet's path only when the packet's next RTO expires (a
+blamed ``loss_rto``), so a path or plane that died under a tail is still found
+while a queue shorter than that RTO costs nothing. The first
 packet already declared lost and waiting for the window, if any, is sent past the
 window (the window may be held by packets whose ACKs were lost); every timer backs
 off (a strike); nothing else happens: no EV retired, nothing flushed, the window
@@ -117,7 +125,12 @@ class LossDetector:
         # psn -> (its EV, when that loss was declared, the window before a cut then)
         self.blame: dict[int, tuple[int, float, float | None]] = {}
         self.tail_due: list[int] = []  # PSNs of silent RTOs whose tail probe is due
-        self.tail_probes: dict[int, tuple[int, float, int]] = {}  # ts -> seq, sent, PSN
+        # ts -> (seq, sent, PSN, whether it went on that packet's own EV, behind it)
+        self.tail_probes: dict[int, tuple[int, float, int, bool]] = {}
+        # PSN -> (its seq, the seq and RTT of a probe on another EV answered while it was
+        # out): evidence against its path once its next RTO expires
+        self.around: dict[int, tuple[int, int, float]] = {}
+        self.probed: dict[int, int] = {}  # PSN -> the seq of its transmission probed already
         self.strikes = 0
         self.strike_at = INF  # when the first strike without progress came
         self.strike_until = -INF
@@ -165,27 +178,44 @@ class LossDetector:
 
     def send_tail_probes(self, now: float, out: list[Tx]) -> None:
         """Tail probes per silent RTO: transmissions after the packet (each its own
-        ``seq`` and unique ``ts``), on the next two EVs in turn (two chances against a
-        lost probe or answer, as two resends would have), queued as data, each answered
-        at once by a full ACK that echoes its ``ts`` (transports/receiver.py)."""
+        ``seq`` and unique ``ts``), queued as data, each answered at once by a full ACK
+        that echoes its ``ts`` (transports/receiver.py). One goes on the packet's own EV
+        (behind it in every FIFO of its path: its answer condemns it if still missing),
+        one on the next active EV in turn of the packet's NIC, or, from the second
+        silent RTO of one transmission on, of another NIC (two chances against a lost
+        probe or answer, or a dead path, as two resends would have). That one may
+        overtake the packet (in its NIC's FIFO, in its path's switch queues): its answer
+        alone turns the packet's next RTO into a blamed loss (``around``), as a first
+        copy acknowledged on another path would."""
         probes = self.tail_probes
         snd = self.snd
+        multi = snd.nic_of is not None
         copies = min(2, len(self.paths.active))
         for psn in self.tail_due:
             p = self.inflight.get(psn)
             if p is None or p.lost:
                 continue
-            for _ in range(copies):
+            nic = snd.nic(p.ev)
+            # probed before and still silent: the other copy goes around its NIC
+            around = multi and self.probed.pop(psn, -1) == p.seq
+            self.probed[psn] = p.seq  # re-inserted last: the dict stays in probe order
+            own = p.ev in self.paths.active
+            for i in range(copies):
                 seq, ts = snd.stamp(now)
-                ev = snd.next_silent_ev(p.ev)
+                if own and i == copies - 1:  # its own path: behind it in every FIFO
+                    ev = p.ev
+                else:
+                    ev = snd.next_silent_ev(p.ev, nic, other=around)
                 buf = bytearray(HEADER_LEN)
                 pack_header(buf, PROBE, FLAG_ACK_REQ | FLAG_TAIL, self.conn, psn, 0, 0, 0, ev,
                             0, ts)
                 out.append((ev, buf))
-                probes[ts] = (seq, now, psn)
+                probes[ts] = (seq, now, psn, ev == p.ev)
                 self.stats["tx_tail_probe"] += 1
             while len(probes) > MAX_TAIL_PROBES:
                 del probes[next(iter(probes))]
+            while len(self.probed) > MAX_TAIL_PROBES:
+                del self.probed[next(iter(self.probed))]
         self.tail_due.clear()
 
     def tail_answered(self, ts_echo: int, now: float) -> bool:
@@ -200,6 +230,8 @@ class LossDetector:
         """The connection failed: no timer, no probe, nothing to undo."""
         self.tail_due.clear()
         self.tail_probes.clear()
+        self.around.clear()
+        self.probed.clear()
         self.rto_heap.clear()
         self.restarted.clear()
         self.order.clear()
@@ -229,6 +261,10 @@ class LossDetector:
             p = self.inflight.get(psn)
             if p is None or p.seq != seq or p.lost:
                 continue
+            if self.around:  # a probe on another EV was answered: evidence from now on
+                got = self.around.pop(psn, None)
+                if got is not None and got[0] == seq and got[1] > self.hi_seq:
+                    self.hi_seq, self.hi_rtt = got[1], got[2]
             # until nothing sent after it is acknowledged, the RTO restarts with each ACK of
             # new data (RFC 6298): while that ACK clock runs, a queue ahead of it drains
             start = p.sent if self.hi_seq > p.seq else max(p.sent, self.progress_at)
@@ -374,19 +410,27 @@ class LossDetector:
         return (p.seq < self.hi_seq and age > self._loss_bound(p.ev)
                 and age > self.hi_rtt + self._reo_wnd(p.ev))
 
-    def on_tail_answer(self, probe: tuple[int, float, int], now: float) -> None:
+    def on_tail_answer(self, probe: tuple[int, float, int, bool], now: float) -> None:
         """The full ACK answering a tail probe (sent after the silent packet ``psn``) has
-        been processed: the probe got through, so it is evidence like any later
-        transmission acknowledged, the packet, if still unacknowledged, is lost, and the
-        peer is there (strikes end)."""
-        seq, sent, psn = probe
+        been processed: the peer is there (strikes end). A probe sent on the packet's own
+        EV got through behind it, so it is evidence like any later transmission
+        acknowledged and the packet, if still unacknowledged, is lost. One sent on
+        another EV may have overtaken the packet: while the packet is outstanding, that
+        answer becomes evidence only when the packet's RTO next expires."""
+        seq, sent, psn, ordered = probe
         self.stats["tail_answered"] += 1
         self.strikes = 0  # the peer answers: the retry budget is for one that does not
         self.strike_at = INF
         self.strike_until = -INF
+        p = self.inflight.get(psn)
+        if not ordered and p is not None and not p.lost and p.seq < seq:
+            self.around[psn] = (p.seq, seq, now - sent)
+            self.stats["tail_answered_around"] += 1
+            while len(self.around) > MAX_TAIL_PROBES:
+                del self.around[next(iter(self.around))]
+            return
         if seq > self.hi_seq:
             self.hi_seq, self.hi_rtt = seq, now - sent
-        p = self.inflight.get(psn)
         if p is not None and not p.lost and p.seq < seq:
             self.lose(p, now, NACK, "loss_tail_probe")
 

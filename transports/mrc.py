@@ -35,7 +35,8 @@ the same EV acknowledged), B (``dupthresh`` later transmissions acknowledged, wi
 RACK timing), C (per-packet RTO, with a floor in RTTs). A loss is blamed on its EV
 (which is retired) only when a transmission sent after it got through; an RTO
 without that evidence is *silent*: nothing is resent yet, a tail probe (a PROBE
-with FLAG_TAIL, queued as data) goes after the packet on another EV, and its answer,
+with FLAG_TAIL, queued as data) goes after the packet on its own EV (so through the
+same FIFOs; a second copy on another EV: transports/lossdetect.py), and its answer,
 a full ACK, tells whether the packet got through (then nothing is resent) or not
 (then it is lost: the probe is the transmission after it that got through).
 Spurious retransmissions are counted and a wrong blame is undone (Eifel-style).

@@ -194,11 +194,22 @@ class Sender:
             ev = next(e for e in active if e != avoid)
         return ev
 
-    def next_silent_ev(self, avoid: int) -> int:
+    def nic(self, ev: int) -> int:
+        """The NIC (plane) EV ``ev`` leaves by (0 for every EV without a connection plan)."""
+        return self.nic_of[ev] if self.nic_of is not None else 0
+
+    def next_silent_ev(self, avoid: int, nic: int = -1, other: bool = False) -> int:
         """The EV of a silent RTO's retransmission or tail probe: with no evidence against
         any path, each active EV in turn after the previous one's, skipping ``avoid`` (the
-        packet's last)."""
+        packet's last). With ``nic`` (>= 0), only that NIC's active EVs (``other``: only
+        the other NICs'), as long as it has (they have) any (a tail probe's second copy:
+        transports/lossdetect.py)."""
         active = self.paths.active
+        nic_of = self.nic_of
+        if nic >= 0 and nic_of is not None:
+            some = [e for e in active if (nic_of[e] == nic) != other]
+            if some:
+                active = some
         i = bisect_right(active, self.silent_ev) % len(active)
         if active[i] == avoid and len(active) > 1:
             i = (i + 1) % len(active)
