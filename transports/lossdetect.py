@@ -12,7 +12,9 @@ Loss detection (sprayed traffic reorders across paths, not within one):
      than a fast one) and than the RTT of the latest-sent packet acknowledged plus
      the EV's ``reo_wnd`` (RACK: a queue that every EV crosses is not a loss);
   C. per packet RTO: the larger of ``srtt + 4 rttvar`` of the EV it was sent on and
-     of all EVs together, within [floor, rto_max], doubled per RTO without progress,
+     of all EVs together, within [floor, rto_max], doubled per RTO without progress
+     (and then stretched by up to ``BACKOFF_JITTER`` at random, so that repeated
+     timeouts keep no fixed phase of a periodic impairment such as microbursts),
      counted from the packet's send time and, as long as nothing sent after it has
      been acknowledged, restarted by every ACK of new data (RFC 6298: while that
      ACK clock runs, a queue ahead of the packet is still draining; once something
@@ -31,7 +33,9 @@ whose ACK names it exactly, below; A and B have the evidence by construction).
 Then the EV is retired (transports/evtable.py) and, so that a dead path does not
 hold the window until each of its packets times out, more of its packets are
 declared lost: after B those that B's timing condemns (without ``dupthresh``),
-after a blamed RTO all of them; a blamed RTO also quick-adapts the window.
+after a blamed RTO all of them; a blamed RTO also quick-adapts the window, and the
+first lost packet waiting is resent at once, past the window (RFC 6298, 5.4: packets
+of live EVs still counted in flight would otherwise hold it until their own RTOs).
 
 Without that evidence (every EV silent since the packet was sent: a delay spike at
 the receiver's port that every EV crosses, a lost tail, a lost ACK, or the peer
@@ -84,6 +88,7 @@ retransmission queue. It tells the core that the connection failed by what
 from __future__ import annotations
 
 import heapq
+import random
 from collections import Counter, deque
 from typing import TYPE_CHECKING
 
@@ -100,6 +105,10 @@ if TYPE_CHECKING:
     from transports.sender import Sender
 
 INF = float("inf")
+# A backed-off RTO is stretched by up to this fraction at random: a timeout that repeats
+# at a fixed period (rto_max, a multiple of a periodic impairment's period) would meet
+# the same phase of it every time, e.g. each retransmission the tail of a microburst.
+BACKOFF_JITTER = 0.25
 MAX_TAIL_PROBES = 1024  # unanswered ones kept (lost, or the peer is gone)
 MAX_BLAME = 4096  # blamed losses kept for undo (a duplicate comes back within ~an RTO)
 
@@ -108,8 +117,10 @@ class LossDetector:
     """Rules A, B and C, blame, flush, undo and the retry budget of one sender."""
 
     def __init__(self, conn: int, cfg, stats: Counter[str], snd: Sender, paths: EvTable,
-                 cc: Nscc, sel: PathSelector, ledger: RetxLedger) -> None:
+                 cc: Nscc, sel: PathSelector, ledger: RetxLedger,
+                 rng: random.Random | None = None) -> None:
         self.conn, self.cfg, self.stats = conn, cfg, stats
+        self.rng = rng if rng is not None else random.Random(conn)
         self.snd, self.paths, self.cc, self.sel, self.ledger = snd, paths, cc, sel, ledger
         evs = paths.evs
         self.inflight = snd.inflight  # (the same dict)
@@ -153,6 +164,8 @@ class LossDetector:
         self.ev_q[p.ev].append((seq, psn))
         self.order.append((seq, psn))
         rto = min(self.cfg.rto_max, self.rto(p.ev) * (1 << min(self.strikes, 30)))
+        if self.strikes:  # backed off: jittered, so repeated timeouts keep no fixed phase
+            rto *= 1.0 + BACKOFF_JITTER * self.rng.random()
         heapq.heappush(self.rto_heap, (now + rto, seq, psn))
 
     def first_copy_acked(self, p: SentPacket, now: float) -> None:
@@ -287,8 +300,14 @@ class LossDetector:
                 self._strike(now)
                 self.strike_until = now + 0.5 * self.rto_any()
                 again = min(self.cfg.rto_max, self.rto(p.ev) * (1 << min(self.strikes, 30)))
+                again *= 1.0 + BACKOFF_JITTER * self.rng.random()
                 heapq.heappush(heap, (now + again, seq, psn))
         if blamed:
+            # RFC 6298 (5.4): a timeout resends the first lost packet waiting at once,
+            # whatever the window (cut to one packet now) holds: packets still counted in
+            # flight may be lost too and would hold it until their own, backed-off, RTOs
+            if self.snd.retxq:
+                self.snd.forced.add(self.snd.retxq[0])
             before = self.cc.on_timeout(now)
             if before is not None:
                 for psn in blamed:

@@ -192,7 +192,7 @@ class MrcCore(MessageCore):
         self.snd = Sender(conn, cfg, self.stats, self._done, self.cc, self.sel, self.paths,
                           self.ledger, nics)
         self.loss = LossDetector(conn, cfg, self.stats, self.snd, self.paths, self.cc,
-                                 self.sel, self.ledger)
+                                 self.sel, self.ledger, self.rng)
         self.snd.loss = self.loss
         self.rcv = Receiver(conn, cfg, self.reasm, self.stats)
         # what MessageCore.post_send queues into (the sender's, never rebound)
@@ -246,7 +246,7 @@ class MrcCore(MessageCore):
         if error is None and self.policy is not None:
             error = self.policy.on_timer(now, out)
         if error is not None:
-            self._fail(now, error)
+            self._fail(now, f"{error} ({self._state()})")
             return out
         if self.loss.tail_due:
             self.loss.send_tail_probes(now, out)
@@ -420,6 +420,14 @@ class MrcCore(MessageCore):
     def _pump(self, now: float, out: list[Tx]) -> None:
         if not self.failed:
             self.snd.pump(now, out)
+
+    def _state(self) -> str:
+        """The connection's state in a few words, for the error that ends it."""
+        st = self.stats
+        keys = ("tx_data_pkts", "tx_retx", "rto_silent", "loss_rto", "tx_tail_probe",
+                "tail_answered", "tail_answered_around", "rx_ack", "ev_retired", "tx_probe")
+        counts = ", ".join(f"{k}={st[k]}" for k in keys if st.get(k))
+        return f"{self.snd!r}, {self.loss!r}, {self.paths!r}, {counts}"
 
     def _fail(self, now: float, error: str) -> None:
         self.failed = error
