@@ -18,6 +18,8 @@ from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
 MS_BIND = 4096
+MS_REC = 16384
+MS_SHARED = 1 << 20
 MNT_DETACH = 2
 NETNS_RUN_DIR = Path("/run/netns")
 
@@ -64,9 +66,36 @@ def write_sysctl(key: str, value: str | int) -> None:
         f.write(str(value))
 
 
+_run_dir_shared = False
+
+
+def share_run_dir() -> None:
+    """Make /run/netns a shared mount of itself, as ``ip netns add`` does the first time.
+
+    Were it a plain directory when our names are bound, the first ``ip netns add``
+    afterwards (any tool's) would bind-mount /run/netns over itself and hide our names'
+    mounts beneath: they could then be neither unmounted nor unlinked (EBUSY) until
+    that mount went. Done once per process; a no-op when it is already a mount.
+    """
+    global _run_dir_shared
+    if _run_dir_shared:
+        return
+    NETNS_RUN_DIR.mkdir(parents=True, exist_ok=True)
+    d = str(NETNS_RUN_DIR).encode()
+    if _libc.mount(b"none", d, None, MS_SHARED | MS_REC, None) != 0:
+        err = ctypes.get_errno()
+        if err != errno.EINVAL:  # EINVAL: not a mount point yet
+            raise OSError(err, f"mount --make-rshared {NETNS_RUN_DIR}: {os.strerror(err)}")
+        _check(_libc.mount(d, d, None, MS_BIND | MS_REC, None),
+               f"mount --bind {NETNS_RUN_DIR} {NETNS_RUN_DIR}")
+        _check(_libc.mount(b"none", d, None, MS_SHARED | MS_REC, None),
+               f"mount --make-rshared {NETNS_RUN_DIR}")
+    _run_dir_shared = True
+
+
 def bind_name(pid: int, name: str) -> Path:
     """Give the namespace of ``pid`` a name under /run/netns (as ``ip netns`` does)."""
-    NETNS_RUN_DIR.mkdir(parents=True, exist_ok=True)
+    share_run_dir()
     target = NETNS_RUN_DIR / name
     fd = os.open(target, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444)
     os.close(fd)

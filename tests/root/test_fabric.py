@@ -476,3 +476,24 @@ def test_clean_leaves_a_namespace_no_state_file_records():
         sleeper.kill()
         sleeper.wait()
         subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+def test_ip_netns_add_while_a_fabric_runs_hides_none_of_its_names():
+    """/run/netns is made a shared mount of itself before our names are bound (as
+    ``ip netns add`` does the first time), so another tool's ``ip netns add`` during a
+    run does not mount it over our names, which then tear down cleanly."""
+    small = MultiPlaneClos(planes=1, spines=1, leaves=1, hosts_per_leaf=1)
+    name = f"foreign-{os.getpid()}"
+    with Fabric(small, name="netnsadd") as fab:
+        with open("/proc/self/mountinfo") as f:
+            info = f.read().splitlines()
+        tops = [ln for ln in info
+                if ln.split()[4] == str(NETNS_RUN_DIR)]
+        assert tops and "shared:" in tops[-1]  # the topmost /run/netns mount is shared
+        subprocess.run(["ip", "netns", "add", name], check=True)
+        try:
+            ours = [n for n in os.listdir(NETNS_RUN_DIR) if "-netnsadd-" in n]
+            assert len(ours) == len(fab.kernels)
+        finally:
+            subprocess.run(["ip", "netns", "del", name], check=True)
+    assert not [n for n in os.listdir(NETNS_RUN_DIR) if "-netnsadd-" in n]
