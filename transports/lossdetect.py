@@ -163,7 +163,7 @@ class LossDetector:
         seq, psn = p.seq, p.psn
         self.ev_q[p.ev].append((seq, psn))
         self.order.append((seq, psn))
-        rto = min(self.cfg.rto_max, self.rto(p.ev) * (1 << min(self.strikes, 30)))
+        rto = self.backed_off(p.ev)
         if self.strikes:  # backed off: jittered, so repeated timeouts keep no fixed phase
             rto *= 1.0 + BACKOFF_JITTER * self.rng.random()
         heapq.heappush(self.rto_heap, (now + rto, seq, psn))
@@ -281,7 +281,7 @@ class LossDetector:
             # until nothing sent after it is acknowledged, the RTO restarts with each ACK of
             # new data (RFC 6298): while that ACK clock runs, a queue ahead of it drains
             start = p.sent if self.hi_seq > p.seq else max(p.sent, self.progress_at)
-            later = start + min(self.cfg.rto_max, self.rto(p.ev) * (1 << min(self.strikes, 30)))
+            later = start + self.backed_off(p.ev)
             if later > now:  # the RTT estimate grew, or ACKs came since: wait
                 heapq.heappush(heap, (later, seq, psn))
                 if start > p.sent:  # restarted: due earlier once a later packet gets through
@@ -299,7 +299,7 @@ class LossDetector:
                 # one probe per silent RTO: every timer backs off now, this one's too
                 self._strike(now)
                 self.strike_until = now + 0.5 * self.rto_any()
-                again = min(self.cfg.rto_max, self.rto(p.ev) * (1 << min(self.strikes, 30)))
+                again = self.backed_off(p.ev)
                 again *= 1.0 + BACKOFF_JITTER * self.rng.random()
                 heapq.heappush(heap, (now + again, seq, psn))
         if blamed:
@@ -350,6 +350,10 @@ class LossDetector:
         overall = self.srtt.rto(floor, cfg.rto_max, cfg.rto_init)
         return max(overall, self.rtt[ev].rto(floor, cfg.rto_max, overall))
 
+    def backed_off(self, ev: int) -> float:
+        """EV ``ev``'s RTO doubled per strike, capped at ``rto_max``."""
+        return min(self.cfg.rto_max, self.rto(ev) * (1 << min(self.strikes, 30)))
+
     def rto_any(self) -> float:
         cfg = self.cfg
         return min(cfg.rto_max, self.srtt.rto(self.floor, cfg.rto_max, cfg.rto_init)
@@ -385,16 +389,13 @@ class LossDetector:
         last ACK of new data."""
         q = self.restarted
         hi = self.hi_seq
-        cap = self.cfg.rto_max
-        backoff = 1 << min(self.strikes, 30)
         for _ in range(len(q)):
             seq, psn = q.popleft()
             p = self.inflight.get(psn)
             if p is None or p.seq != seq or p.lost:
                 continue
             if seq < hi:
-                heapq.heappush(self.rto_heap,
-                               (p.sent + min(cap, self.rto(p.ev) * backoff), seq, psn))
+                heapq.heappush(self.rto_heap, (p.sent + self.backed_off(p.ev), seq, psn))
             else:
                 q.append((seq, psn))
 
