@@ -31,7 +31,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.ifaddrmsg import IFA_F_NODAD
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_MULTICAST, IFF_NOARP, IFF_UP
 
-from emu.delayline import DelayLine
+from emu.delayline import DEFAULT_RT_PRIORITY, DEFAULT_SPIN_S, DelayLine
 from emu.kernel import NUD_PERMANENT, set_egress_queue
 from emu.netns import entered, ns_inode, write_sysctl
 from topologies import LinkSpec
@@ -338,22 +338,100 @@ def idle_hold(pair: tuple[Namespace, Namespace], count: int, gap: float = 0.003)
     return [at_b[k] - at_a[k] for k in at_a if k in at_b]
 
 
-def check_hold(s: Summary, delay_ms: float) -> None:
-    """Never early; median within 10 %; p99 within 10 % or 0.5 ms, whichever is larger.
+def check_hold(s: list[float], delay_ms: float, host: list[float]) -> None:
+    """Never early; median within 10 %; holds late by more than 10 % or 0.5 ms (whichever
+    is larger) at most 1 % of the time, plus three times as often as the host's own wake-ups
+    (``host``, sampled meanwhile) were that late.
 
-    The p99 bound is a regression guard, not the accuracy claim: on two shared
-    vCPUs a wake-up now and then comes hundreds of microseconds late.
+    The tail bound is a regression guard, not the accuracy claim. On two shared vCPUs
+    the hypervisor now and then takes a core away for milliseconds, which no relay can
+    beat; on a quiet host the bound is a p99 within the guard. What it catches is
+    lateness of the relay's own making (a missed spin, lost real-time priority) beyond
+    what a task waking the same way saw at the time.
     """
     target = delay_ms / 1e3
-    assert s.lo >= target, s
-    assert within(s.median, target), s
-    assert s.p99 - target <= max(0.10 * target, 500e-6), s
+    hold = Summary.of(s)
+    assert hold.lo >= target, hold
+    assert within(hold.median, target), hold
+    guard = max(0.10 * target, 500e-6)
+    late = sum(x - target > guard for x in s) / len(s)
+    host_late = sum(x > guard for x in host) / len(host)
+    print(f"  late by more than {guard * 1e3:.2f} ms: {late:.2%} of holds, {host_late:.2%} of "
+          f"host wake-ups")
+    assert late <= 0.01 + 3 * host_late, (
+        f"{late:.1%} of holds late by more than {guard * 1e3:.2f} ms, against "
+        f"{host_late:.1%} of host wake-ups ({hold}; host {Summary.of(host)})")
 
-def ping_baseline(pair: tuple[Namespace, Namespace]) -> float:
-    """Median RTT/2 through a zero-delay line: the test's own wake-ups and the relay's pass."""
-    line = open_line(pair, 0.0)
+
+def interleaved_ping_pong(pair: tuple[Namespace, Namespace], line: DelayLine, delay_ms: float,
+                          count: int, block: int = 20) -> tuple[list[float], list[float]]:
+    """One-way delays through ``line`` at ``delay_ms`` and at zero delay, in alternating
+    blocks of ``block`` ping-pongs: the two share the test's own wake-up overheads at
+    each moment, so their difference is what the delay adds."""
+    delayed: list[float] = []
+    zero: list[float] = []
+    while len(delayed) < count:
+        n = min(block, count - len(delayed))
+        for ms, into in ((0.0, zero), (delay_ms, delayed)):
+            line.set_delay(ms)
+            ping_pong(pair, 1)  # settles the change before the block's samples
+            into.extend(ping_pong(pair, n))
+    return delayed, zero
+
+
+WAKER = r"""
+import ctypes, os, select, sys, time
+wait, gap, spin, prio = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+ctypes.CDLL(None).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK: 1 ns, as the relay
+if prio:
     try:
-        ping_pong(pair, 20)
-        return Summary.of(ping_pong(pair, 300)).median
-    finally:
-        line.stop()
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))
+    except OSError:
+        pass
+mono, stdin, out = time.monotonic, [sys.stdin], []
+while True:
+    t0 = mono()
+    if select.select(stdin, [], [], gap)[0]:
+        break
+    idle_late = mono() - t0 - gap  # waking from idle, as the relay when a frame comes
+    due = mono() + wait
+    t = due - mono() - spin
+    if t > 0:
+        select.select([], [], [], t)
+    while mono() < due:  # poll the last stretch, as the relay
+        pass
+    out.append(idle_late + mono() - due)
+print(" ".join(f"{x:.9f}" for x in out), flush=True)
+"""
+
+
+class HostWakeups:
+    """Samples the host's wake-up lateness while a measurement runs: a separate process,
+    scheduled like the relay (SCHED_FIFO, 1 ns timer slack), wakes from idle and then
+    waits ``wait`` seconds the relay's way (timer, then polling). Each sample is the sum
+    of both wake-ups' lateness, the two a relayed frame goes through; how long the
+    waits are matters little (a timer's lateness does not grow with its length), so
+    they are short, for many samples."""
+
+    def __init__(self, wait: float = 0.001, gap: float = 0.001) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WAKER, str(wait), str(gap), str(DEFAULT_SPIN_S),
+             str(DEFAULT_RT_PRIORITY)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.samples: list[float] = []
+
+    def __enter__(self) -> HostWakeups:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            out, _ = self.proc.communicate("stop\n", timeout=10)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        self.samples = [float(x) for x in out.split()]
+        assert self.samples, "the host wake-up sampler recorded nothing"
+
+    def summary(self) -> Summary:
+        return Summary.of(self.samples)
