@@ -140,6 +140,12 @@ def cmd_clean(args: argparse.Namespace) -> int:
               f"{len(r.namespaces)} namespaces, {len(r.tmpdirs)} temp dirs")
     for s in r.skipped_running:
         print(f"left running: fabric {s} (its owner is alive; --force removes it)")
+    if r.stuck:
+        print(f"could not remove {len(r.stuck)} namespace names:", file=sys.stderr)
+        for s in r.stuck:
+            print(f"  {s}", file=sys.stderr)
+        print(f"  {registry.STUCK_HINT}", file=sys.stderr)
+        return 1
     return 0
 
 

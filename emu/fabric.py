@@ -291,9 +291,17 @@ class Fabric:
                 self.frr = None
             for d in self._state.tmpdirs:
                 shutil.rmtree(d, ignore_errors=True)
+            stuck = []
             for rec in self._state.namespaces.values():
-                unbind_name(rec["netns"])
-            self._state.remove()
+                try:
+                    unbind_name(rec["netns"])
+                except OSError as e:  # keep tearing down; the state file lets emu clean retry
+                    stuck.append(f"{rec['netns']} ({e.strerror})")
+            if stuck:
+                log.warning("could not remove %d namespace names: %s; %s", len(stuck),
+                            ", ".join(stuck), registry.STUCK_HINT)
+            else:
+                self._state.remove()
             self._state = None
         if self.net is not None:
             for node in self.net.hosts + self.net.switches:

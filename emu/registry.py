@@ -146,6 +146,7 @@ class CleanReport:
     namespaces: list[str] = field(default_factory=list)
     tmpdirs: list[str] = field(default_factory=list)
     skipped_running: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)  # names that could not be removed, and why
 
     @property
     def empty(self) -> bool:
@@ -177,6 +178,7 @@ def clean(force: bool = False, only: str | None = None) -> CleanReport:
             if Path(d).exists():
                 shutil.rmtree(d, ignore_errors=True)
                 report.tmpdirs.append(d)
+    fabric_of = {rec["netns"]: st.fabric for st in states for rec in st.namespaces.values()}
     for name in names:
         try:
             inodes.add(os.stat(NETNS_RUN_DIR / name).st_ino)
@@ -185,10 +187,19 @@ def clean(force: bool = False, only: str | None = None) -> CleanReport:
     pids = processes_in(inodes) if inodes else []
     kill_all(pids)
     report.processes = len(pids)
+    keep: set[str] = set()  # fabrics with a name left: their state file stays, for a retry
     for name in sorted(names):
-        if unbind_name(name):
-            report.namespaces.append(name)
+        try:
+            if unbind_name(name):
+                report.namespaces.append(name)
+        except OSError as e:
+            report.stuck.append(f"{NETNS_RUN_DIR / name}: {e.strerror}")
+            keep.add(fabric_of.get(name, ""))
     for st in states:
-        if st.fabric in report.fabrics:
+        if st.fabric in report.fabrics and st.fabric not in keep:
             st.remove()
     return report
+
+
+STUCK_HINT = (f"a mount over {NETNS_RUN_DIR} may hide them (`findmnt -R {NETNS_RUN_DIR}` "
+              f"shows it): `umount {NETNS_RUN_DIR}` once, then run `emu clean` again")
