@@ -68,6 +68,18 @@ blame one; the late packet's own ACK then undoes it, below). A dead path among l
 ones is blamed as soon as a later packet on another EV is acknowledged. Strikes
 count RTOs without progress for the retry budget.
 
+Packets whose RTOs expire together form one round: each of them (up to
+``MAX_SILENT_PROBED``) gets its tail probes and the round takes one strike, so a
+tail of several packets lost together is not probed one packet per doubled RTO.
+
+Probe timeout (RACK-TLP's PTO, RFC 8985; ``MrcConfig.pto``): two smoothed RTTs
+(all EVs; at least the RTO floor) after the last data sent or ACK of new data,
+once per such activity, the packets out that long get the same tail probes, without
+a strike or a back-off. RTT samples taken under a queue that came and went spread
+the estimate, so ``srtt + 4 rttvar`` can be several times two smoothed RTTs: a
+lost tail would wait that long. A probe under a mere delay costs a header and
+condemns nothing (it queues behind the packet).
+
 Spurious retransmissions (transports/spurious.py): the receiver acknowledges a
 duplicate at once, echoing its timestamp on its EV, so the sender names the copy
 that arrived twice (``tx_retx_spurious``; the receiver counts ``dup_data``). Undo
@@ -110,6 +122,9 @@ INF = float("inf")
 # the same phase of it every time, e.g. each retransmission the tail of a microburst.
 BACKOFF_JITTER = 0.25
 MAX_TAIL_PROBES = 1024  # unanswered ones kept (lost, or the peer is gone)
+# Silent packets probed in one round of RTOs (a whole window may time out at once under a
+# delay spike: its first ones' answers tell about the rest)
+MAX_SILENT_PROBED = 8
 MAX_BLAME = 4096  # blamed losses kept for undo (a duplicate comes back within ~an RTO)
 
 
@@ -146,6 +161,8 @@ class LossDetector:
         self.strike_at = INF  # when the first strike without progress came
         self.strike_until = -INF
         self.progress_at = -INF  # the last ACK that acknowledged new data
+        self.sent_at = -INF  # the last data transmission
+        self.pto_for = -INF  # the activity (max of the two) the last probe timeout answered
         # packets whose RTO an ACK clock restarted (rule C): due from their send time again
         # once something sent after them is acknowledged, so their timer is re-armed then
         self.restarted: deque[tuple[int, int]] = deque()  # (seq, psn)
@@ -161,6 +178,7 @@ class LossDetector:
     def on_sent(self, p: SentPacket, now: float) -> None:
         """``p`` just left on ``p.ev``: in both send orders, its RTO armed."""
         seq, psn = p.seq, p.psn
+        self.sent_at = now
         self.ev_q[p.ev].append((seq, psn))
         self.order.append((seq, psn))
         rto = self.backed_off(p.ev)
@@ -253,7 +271,8 @@ class LossDetector:
         self.blame.clear()
 
     def next_rto(self) -> float:
-        """When the earliest live RTO fires (stale heap entries are dropped)."""
+        """When the earliest live RTO or the probe timeout fires (stale heap entries are
+        dropped)."""
         heap, inflight = self.rto_heap, self.inflight
         while heap:
             _, seq, psn = heap[0]
@@ -261,14 +280,56 @@ class LossDetector:
             if p is None or p.seq != seq or p.lost:
                 heapq.heappop(heap)
                 continue
-            return heap[0][0]
+            return min(heap[0][0], self.pto_deadline())
         return INF
+
+    def pto_deadline(self) -> float:
+        """When the probe timeout fires: ``max(2 srtt + ack_delay, floor)`` after the last
+        data sent or ACK of new data, once per such activity (INF: no RTT sample yet, or
+        it fired already since)."""
+        activity = self.sent_at if self.sent_at > self.progress_at else self.progress_at
+        srtt = self.srtt.srtt
+        if activity == self.pto_for or not srtt or not self.cfg.pto:
+            return INF
+        pto = 2.0 * srtt + self.cfg.ack_delay
+        return activity + (pto if pto > self.floor else self.floor)
+
+    def probe_timeout(self, now: float) -> None:
+        """Tail loss probing before the RTO (RACK-TLP's PTO, RFC 8985): nothing was sent or
+        acknowledged for two smoothed RTTs, so the packets out that long get a tail probe
+        each (at most ``MAX_SILENT_PROBED``, oldest first). Unlike a silent RTO it strikes
+        nothing and backs nothing off: a probe under a mere delay costs a header, and its
+        answer condemns only a packet it queued behind."""
+        self.pto_for = self.sent_at if self.sent_at > self.progress_at else self.progress_at
+        if self.live_head(self.order) is None:
+            return
+        limit = now - 2.0 * self.srtt.srtt
+        inflight, due = self.inflight, self.tail_due
+        n = added = 0
+        for seq, psn in self.order:
+            p = inflight.get(psn)
+            if p is None or p.seq != seq or p.lost:
+                continue
+            if p.sent > limit or n >= MAX_SILENT_PROBED:
+                break
+            if psn not in due:  # (an RTO that fired with it probes it already)
+                due.append(psn)
+                added += 1
+            n += 1
+        if added:
+            self.stats["pto"] += 1
 
     def expire(self, now: float) -> str | None:
         """Rule C: the packets whose RTO expired; the error if the connection must fail."""
         heap = self.rto_heap
         fired = False
         blamed: list[int] = []
+        # Packets already due when this round began are judged on the RTO they were due by:
+        # the strike a silent one takes below must not defer the others (a tail of several
+        # packets lost together would get one probe per round, and the last one the RTO
+        # doubled as many times as it has predecessors).
+        strikes = self.strikes
+        silent = 0
         while heap and heap[0][0] <= now:
             _, seq, psn = heapq.heappop(heap)
             p = self.inflight.get(psn)
@@ -281,7 +342,7 @@ class LossDetector:
             # until nothing sent after it is acknowledged, the RTO restarts with each ACK of
             # new data (RFC 6298): while that ACK clock runs, a queue ahead of it drains
             start = p.sent if self.hi_seq > p.seq else max(p.sent, self.progress_at)
-            later = start + self.backed_off(p.ev)
+            later = start + self.backed_off(p.ev, strikes)
             if later > now:  # the RTT estimate grew, or ACKs came since: wait
                 heapq.heappush(heap, (later, seq, psn))
                 if start > p.sent:  # restarted: due earlier once a later packet gets through
@@ -292,16 +353,21 @@ class LossDetector:
                 self.lose(p, now, TIMEOUT, "loss_rto")
                 blamed.append(psn)
             else:  # silent since it was sent: probe behind it (common-mode delay?)
-                if self.snd.retxq:  # a known loss waiting for the window goes (ACKs may be lost)
-                    self.snd.forced.add(self.snd.retxq[0])
-                self.tail_due.append(psn)
-                self.stats["rto_silent"] += 1
-                # one probe per silent RTO: every timer backs off now, this one's too
-                self._strike(now)
-                self.strike_until = now + 0.5 * self.rto_any()
+                if not silent:  # one per round of silent RTOs (however many packets)
+                    if self.snd.retxq:  # a known loss waiting for the window goes (ACKs lost?)
+                        self.snd.forced.add(self.snd.retxq[0])
+                    self.stats["rto_silent"] += 1
+                    # one strike per round: every timer backs off now
+                    self._strike(now)
+                    self.strike_until = now + 0.5 * self.rto_any()
+                silent += 1
+                if silent <= MAX_SILENT_PROBED:  # beyond: they wait for the answers
+                    self.tail_due.append(psn)
                 again = self.backed_off(p.ev)
                 again *= 1.0 + BACKOFF_JITTER * self.rng.random()
                 heapq.heappush(heap, (now + again, seq, psn))
+        if self.pto_deadline() <= now:  # after the RTOs: a packet they probed is not again
+            self.probe_timeout(now)
         if blamed:
             # RFC 6298 (5.4): a timeout resends the first lost packet waiting at once,
             # whatever the window (cut to one packet now) holds: packets still counted in
@@ -350,9 +416,11 @@ class LossDetector:
         overall = self.srtt.rto(floor, cfg.rto_max, cfg.rto_init)
         return max(overall, self.rtt[ev].rto(floor, cfg.rto_max, overall))
 
-    def backed_off(self, ev: int) -> float:
-        """EV ``ev``'s RTO doubled per strike, capped at ``rto_max``."""
-        return min(self.cfg.rto_max, self.rto(ev) * (1 << min(self.strikes, 30)))
+    def backed_off(self, ev: int, strikes: int | None = None) -> float:
+        """EV ``ev``'s RTO doubled per strike (``strikes``, the current count by default),
+        capped at ``rto_max``."""
+        n = self.strikes if strikes is None else strikes
+        return min(self.cfg.rto_max, self.rto(ev) * (1 << min(n, 30)))
 
     def rto_any(self) -> float:
         cfg = self.cfg

@@ -39,6 +39,8 @@ with FLAG_TAIL, queued as data) goes after the packet on its own EV (so through 
 same FIFOs; a second copy on another EV: transports/lossdetect.py), and its answer,
 a full ACK, tells whether the packet got through (then nothing is resent) or not
 (then it is lost: the probe is the transmission after it that got through).
+The same probes go out two smoothed RTTs after the last activity, before any RTO
+(a probe timeout, RFC 8985's PTO; ``pto``), striking nothing.
 Spurious retransmissions are counted and a wrong blame is undone (Eifel-style).
 
 Per-EV states (transports/evtable.py): GOOD (carries data), ASSUMED_BAD (retired
@@ -120,6 +122,7 @@ class MrcConfig:
     dupthresh: int = 3
     probe_min: float = 1e-3
     probe_max: float = 0.1
+    pto: bool = True  # tail probes two smoothed RTTs after the last activity (lossdetect.py)
     window_pkts: int = 4096  # PSNs outstanding (sender) and accepted beyond rcv_nxt
     unposted_limit: int = 64 << 20
     use_crc: bool = True

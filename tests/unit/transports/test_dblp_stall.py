@@ -26,10 +26,13 @@ BOUND = LossBound(0.25)  # 40 chunks: 30 needed
 
 
 def NoTail(*args):
-    """A DblpCore without the tail timer (tests/unit/transports/test_dblp_tail.py), which would also
-    end the stall (first, once RTT samples say how long a healthy path takes)."""
+    """A DblpCore without the tail timer (tests/unit/transports/test_dblp_tail.py) and
+    without the loss detector's probe timeout (its tail probes before an RTO), either of
+    which would also end the stall (first, once RTT samples say how long a healthy path
+    takes)."""
     core = DblpCore(*args)
     core.bsend._tail_deadline = lambda: INF
+    core.loss.pto_deadline = lambda: INF
     return core
 
 
