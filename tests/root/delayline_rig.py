@@ -18,7 +18,6 @@ import ctypes
 import os
 import select
 import socket
-import statistics
 import struct
 import subprocess
 import sys
@@ -31,10 +30,12 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.ifaddrmsg import IFA_F_NODAD
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_MULTICAST, IFF_NOARP, IFF_UP
 
-from emu.delayline import DEFAULT_RT_PRIORITY, DEFAULT_SPIN_S, DelayLine
+from emu.delayline import DelayLine
 from emu.kernel import NUD_PERMANENT, set_egress_queue
 from emu.netns import entered, ns_inode, write_sysctl
 from topologies import LinkSpec
+
+from .hostnoise import Summary
 
 IF_A, IF_B = "dci-a", "dci-b"
 MAC_A, MAC_B = "02:dc:00:00:00:0a", "02:dc:00:00:00:0b"
@@ -125,23 +126,6 @@ def udp(ns: Namespace, addr: str, port: int = 0) -> socket.socket:
 
 
 # -- measurements -----------------------------------------------------------------------------
-
-
-@dataclass
-class Summary:
-    n: int
-    median: float
-    p99: float
-    lo: float
-
-    @classmethod
-    def of(cls, xs: list[float]) -> Summary:
-        s = sorted(xs)
-        return cls(len(s), statistics.median(s), s[min(len(s) - 1, int(0.99 * len(s)))], s[0])
-
-    def __str__(self) -> str:
-        return (f"n={self.n} median={self.median * 1e3:.3f} ms p99={self.p99 * 1e3:.3f} ms "
-                f"min={self.lo * 1e3:.3f} ms")
 
 
 def ping_pong(pair: tuple[Namespace, Namespace], count: int, gap: float = 0.002) -> list[float]:
@@ -377,61 +361,3 @@ def interleaved_ping_pong(pair: tuple[Namespace, Namespace], line: DelayLine, de
             ping_pong(pair, 1)  # settles the change before the block's samples
             into.extend(ping_pong(pair, n))
     return delayed, zero
-
-
-WAKER = r"""
-import ctypes, os, select, sys, time
-wait, gap, spin, prio = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-ctypes.CDLL(None).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK: 1 ns, as the relay
-if prio:
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))
-    except OSError:
-        pass
-mono, stdin, out = time.monotonic, [sys.stdin], []
-while True:
-    t0 = mono()
-    if select.select(stdin, [], [], gap)[0]:
-        break
-    idle_late = mono() - t0 - gap  # waking from idle, as the relay when a frame comes
-    due = mono() + wait
-    t = due - mono() - spin
-    if t > 0:
-        select.select([], [], [], t)
-    while mono() < due:  # poll the last stretch, as the relay
-        pass
-    out.append(idle_late + mono() - due)
-print(" ".join(f"{x:.9f}" for x in out), flush=True)
-"""
-
-
-class HostWakeups:
-    """Samples the host's wake-up lateness while a measurement runs: a separate process,
-    scheduled like the relay (SCHED_FIFO, 1 ns timer slack), wakes from idle and then
-    waits ``wait`` seconds the relay's way (timer, then polling). Each sample is the sum
-    of both wake-ups' lateness, the two a relayed frame goes through; how long the
-    waits are matters little (a timer's lateness does not grow with its length), so
-    they are short, for many samples."""
-
-    def __init__(self, wait: float = 0.001, gap: float = 0.001) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", WAKER, str(wait), str(gap), str(DEFAULT_SPIN_S),
-             str(DEFAULT_RT_PRIORITY)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.samples: list[float] = []
-
-    def __enter__(self) -> HostWakeups:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            out, _ = self.proc.communicate("stop\n", timeout=10)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-        self.samples = [float(x) for x in out.split()]
-        assert self.samples, "the host wake-up sampler recorded nothing"
-
-    def summary(self) -> Summary:
-        return Summary.of(self.samples)
