@@ -38,7 +38,7 @@ from emu.errors import EmuError, require_root
 from emu.frr import DEFAULT_BFD, BfdTimers, FrrRunner
 from emu.kernel import NodeKernel, create_veths, netem_works
 from emu.mininet_topo import MultiPlaneClosTopo
-from emu.netns import NETNS_RUN_DIR, bind_name, ns_inode, unbind_name
+from emu.netns import NETNS_RUN_DIR, bind_name, ns_inode
 from emu.nodes import EmuHost, EmuNet, LinuxRouter, VethLink
 from emu.timeouts import describe, scaled
 from topologies import MultiPlaneClos, ScaleAcross
@@ -291,15 +291,11 @@ class Fabric:
                 self.frr = None
             for d in self._state.tmpdirs:
                 shutil.rmtree(d, ignore_errors=True)
-            stuck = []
-            for rec in self._state.namespaces.values():
-                try:
-                    unbind_name(rec["netns"])
-                except OSError as e:  # keep tearing down; the state file lets emu clean retry
-                    stuck.append(f"{rec['netns']} ({e.strerror})")
-            if stuck:
+            _, stuck = registry.unbind_names(
+                [rec["netns"] for rec in self._state.namespaces.values()])
+            if stuck:  # the state file stays: emu clean retries them
                 log.warning("could not remove %d namespace names: %s; %s", len(stuck),
-                            ", ".join(stuck), registry.STUCK_HINT)
+                            ", ".join(why for _, why in stuck), registry.STUCK_HINT)
             else:
                 self._state.remove()
             self._state = None

@@ -187,18 +187,27 @@ def clean(force: bool = False, only: str | None = None) -> CleanReport:
     pids = processes_in(inodes) if inodes else []
     kill_all(pids)
     report.processes = len(pids)
-    keep: set[str] = set()  # fabrics with a name left: their state file stays, for a retry
-    for name in sorted(names):
-        try:
-            if unbind_name(name):
-                report.namespaces.append(name)
-        except OSError as e:
-            report.stuck.append(f"{NETNS_RUN_DIR / name}: {e.strerror}")
-            keep.add(fabric_of.get(name, ""))
+    report.namespaces, stuck = unbind_names(sorted(names))
+    report.stuck = [why for _, why in stuck]
+    keep = {fabric_of.get(name, "") for name, _ in stuck}  # their state files stay, for a retry
     for st in states:
         if st.fabric in report.fabrics and st.fabric not in keep:
             st.remove()
     return report
+
+
+def unbind_names(names: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Remove ``names`` from /run/netns, going on past one that cannot be: the names
+    removed, and the (name, why) of each one left."""
+    removed: list[str] = []
+    stuck: list[tuple[str, str]] = []
+    for name in names:
+        try:
+            if unbind_name(name):
+                removed.append(name)
+        except OSError as e:
+            stuck.append((name, f"{NETNS_RUN_DIR / name}: {e.strerror}"))
+    return removed, stuck
 
 
 STUCK_HINT = (f"a mount over {NETNS_RUN_DIR} may hide them (`findmnt -R {NETNS_RUN_DIR}` "

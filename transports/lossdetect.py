@@ -181,10 +181,7 @@ class LossDetector:
         self.sent_at = now
         self.ev_q[p.ev].append((seq, psn))
         self.order.append((seq, psn))
-        rto = self.backed_off(p.ev)
-        if self.strikes:  # backed off: jittered, so repeated timeouts keep no fixed phase
-            rto *= 1.0 + BACKOFF_JITTER * self.rng.random()
-        heapq.heappush(self.rto_heap, (now + rto, seq, psn))
+        heapq.heappush(self.rto_heap, (now + self.jittered(p.ev), seq, psn))
 
     def first_copy_acked(self, p: SentPacket, now: float) -> None:
         """A first transmission was acknowledged: the reference for rules A and B."""
@@ -287,12 +284,16 @@ class LossDetector:
         """When the probe timeout fires: ``max(2 srtt + ack_delay, floor)`` after the last
         data sent or ACK of new data, once per such activity (INF: no RTT sample yet, or
         it fired already since)."""
-        activity = self.sent_at if self.sent_at > self.progress_at else self.progress_at
+        activity = self._activity()
         srtt = self.srtt.srtt
         if activity == self.pto_for or not srtt or not self.cfg.pto:
             return INF
         pto = 2.0 * srtt + self.cfg.ack_delay
         return activity + (pto if pto > self.floor else self.floor)
+
+    def _activity(self) -> float:
+        """The last data sent or ACK of new data: what the probe timeout counts from."""
+        return self.sent_at if self.sent_at > self.progress_at else self.progress_at
 
     def probe_timeout(self, now: float) -> None:
         """Tail loss probing before the RTO (RACK-TLP's PTO, RFC 8985): nothing was sent or
@@ -300,7 +301,7 @@ class LossDetector:
         each (at most ``MAX_SILENT_PROBED``, oldest first). Unlike a silent RTO it strikes
         nothing and backs nothing off: a probe under a mere delay costs a header, and its
         answer condemns only a packet it queued behind."""
-        self.pto_for = self.sent_at if self.sent_at > self.progress_at else self.progress_at
+        self.pto_for = self._activity()
         if self.live_head(self.order) is None:
             return
         limit = now - 2.0 * self.srtt.srtt
@@ -357,15 +358,11 @@ class LossDetector:
                     if self.snd.retxq:  # a known loss waiting for the window goes (ACKs lost?)
                         self.snd.forced.add(self.snd.retxq[0])
                     self.stats["rto_silent"] += 1
-                    # one strike per round: every timer backs off now
-                    self._strike(now)
-                    self.strike_until = now + 0.5 * self.rto_any()
+                    self._strike(now)  # one per round: every timer backs off now
                 silent += 1
                 if silent <= MAX_SILENT_PROBED:  # beyond: they wait for the answers
                     self.tail_due.append(psn)
-                again = self.backed_off(p.ev)
-                again *= 1.0 + BACKOFF_JITTER * self.rng.random()
-                heapq.heappush(heap, (now + again, seq, psn))
+                heapq.heappush(heap, (now + self.jittered(p.ev), seq, psn))
         if self.pto_deadline() <= now:  # after the RTOs: a packet they probed is not again
             self.probe_timeout(now)
         if blamed:
@@ -381,7 +378,6 @@ class LossDetector:
                     self.blame[psn] = (ev, at, before)
             if now >= self.strike_until:  # one strike per round of blamed RTOs
                 self._strike(now)
-                self.strike_until = now + 0.5 * self.rto_any()
         if (fired and self.strikes > self.cfg.max_retries
                 and now - self.strike_at >= self.cfg.give_up_s):
             return (f"peer unreachable: {self.strikes} retransmission timeouts "
@@ -389,10 +385,12 @@ class LossDetector:
         return None
 
     def _strike(self, now: float) -> None:
-        """One more RTO round without progress (the retry budget's count and time)."""
+        """One more RTO round without progress (the retry budget's count and time); blamed
+        RTOs within half an RTO of it belong to the same round."""
         if self.strikes == 0:
             self.strike_at = now
         self.strikes += 1
+        self.strike_until = now + 0.5 * self.rto_any()
 
     def rto_floor(self) -> float:
         """The RTO floor: ``max(rto_min, rto_min_rtts * base RTT) + host delay``
@@ -421,6 +419,12 @@ class LossDetector:
         capped at ``rto_max``."""
         n = self.strikes if strikes is None else strikes
         return min(self.cfg.rto_max, self.rto(ev) * (1 << min(n, 30)))
+
+    def jittered(self, ev: int) -> float:
+        """``backed_off(ev)``, stretched by up to ``BACKOFF_JITTER`` at random once backed
+        off, so that repeated timeouts keep no fixed phase of a periodic impairment."""
+        rto = self.backed_off(ev)
+        return rto * (1.0 + BACKOFF_JITTER * self.rng.random()) if self.strikes else rto
 
     def rto_any(self) -> float:
         cfg = self.cfg
