@@ -50,6 +50,9 @@ class FlowResult:
     frame_bytes: int  # bytes on the wire per datagram (the HTB counts these)
     payload: int
     max_gap_s: float = 0.0  # longest silence between two arrivals (an outage shows here)
+    # The host's own part, to tell a slow fabric from a held-back measurement:
+    offered_mbit: float = 0.0  # wire rate the sender managed during the window
+    rx_stall_s: float = 0.0  # longest the receiving thread went unscheduled past its poll
 
     def ceiling_mbit(self, link_mbit: float) -> float:
         """The goodput this flow gets alone on a link of ``link_mbit`` (headers cost wire time)."""
@@ -107,11 +110,13 @@ def run_flows(fabric: Fabric, flows: list[Flow], rate_mbit: float, seconds: floa
         counts = [0] * len(flows)
         in_window = [0] * len(flows)
         gaps = [0.0] * len(flows)
+        stall = [0.0]
         stop = threading.Event()
         rx = threading.Thread(target=_receive, args=(list(receivers.values()), counts, in_window,
-                                                     gaps, window, stop), daemon=True)
+                                                     gaps, window, stop, stall), daemon=True)
         rx.start()
-        sent = _send(senders, flows, rate_mbit, payload, t0, window[1], random.Random(seed))
+        sent, sent_in_window = _send(senders, flows, rate_mbit, payload, t0, window,
+                                     random.Random(seed))
         time.sleep(0.3)  # queues drain to the receivers before the totals close
         stop.set()
         rx.join()
@@ -119,12 +124,19 @@ def run_flows(fabric: Fabric, flows: list[Flow], rate_mbit: float, seconds: floa
         for s in senders + list(receivers.values()):
             s.close()
     return [FlowResult(f, sent[i], counts[i], in_window[i] * payload * 8 / seconds / 1e6,
-                       frame_bytes(payload, f.path), payload, gaps[i])
+                       frame_bytes(payload, f.path), payload, gaps[i],
+                       sent_in_window[i] * frame_bytes(payload, f.path) * 8 / seconds / 1e6,
+                       stall[0])
             for i, f in enumerate(flows)]
 
 
 def _send(socks: list[socket.socket], flows: list[Flow], rate_mbit: float, payload: int,
-          t0: float, t_end: float, rng: random.Random) -> list[int]:
+          t0: float, window: tuple[float, float], rng: random.Random
+          ) -> tuple[list[int], list[int]]:
+    """Pace every flow until the window ends: datagrams sent per flow, overall and
+    during the window."""
+    t_start, t_end = window
+    at_start: list[int] | None = None
     gaps = [frame_bytes(payload, f.path) * 8 / (rate_mbit * 1e6) for f in flows]
     # Pre-drawn jitter factors (mean 1): no random draw on the send path.
     jitter = [0.9 + 0.2 * rng.random() for _ in range(1024)]
@@ -135,8 +147,10 @@ def _send(socks: list[socket.socket], flows: list[Flow], rate_mbit: float, paylo
     while True:
         due, i = heap[0]
         now = time.monotonic()
+        if at_start is None and now >= t_start:
+            at_start = list(seq)
         if now >= t_end:
-            return seq
+            return seq, [s - a for s, a in zip(seq, at_start or seq, strict=True)]
         if due > now:
             time.sleep(min(due - now, 0.001))
             continue
@@ -152,7 +166,8 @@ def _send(socks: list[socket.socket], flows: list[Flow], rate_mbit: float, paylo
 
 
 def _receive(socks: list[socket.socket], counts: list[int], in_window: list[int],
-             gaps: list[float], window: tuple[float, float], stop: threading.Event) -> None:
+             gaps: list[float], window: tuple[float, float], stop: threading.Event,
+             stall: list[float]) -> None:
     sel = selectors.DefaultSelector()
     for s in socks:
         sel.register(s, selectors.EVENT_READ)
@@ -160,10 +175,15 @@ def _receive(socks: list[socket.socket], counts: list[int], in_window: list[int]
     n_flows = len(counts)
     last = [0.0] * n_flows
     t_a, t_b = window
+    poll, mono = 0.05, time.monotonic
     while not stop.is_set():
-        for key, _ in sel.select(0.05):
+        asleep = mono()
+        ready = sel.select(poll)
+        now = mono()
+        if now - asleep - poll > stall[0]:  # a wake-up the host delayed
+            stall[0] = now - asleep - poll
+        for key, _ in ready:
             s = cast(socket.socket, key.fileobj)  # only sockets are registered
-            now = time.monotonic()
             measured = t_a <= now < t_b
             while True:
                 try:
