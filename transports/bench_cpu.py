@@ -27,6 +27,8 @@ from emu.srv6 import IPV6_RTHDR, srh_bytes
 from transports.harness import TransferResult
 
 BARE_PORT = 4799  # a port no transport uses
+RX_POLL_S = 0.3  # how often the bare receiver, idle, looks whether the run is over
+SILENCE_S = 5.0  # no datagram for this long: the bare receiver gives up on the rest
 
 
 def driver_cpu(r: TransferResult) -> dict:
@@ -75,7 +77,7 @@ def bare_path(fab: Fabric, src: str, dst: str, rate_mbit: float, payload: int,
     if srv6:
         transit = [str(x) for x in spec.paths(src, dst)[0].segments[:-1]]
         tx.setsockopt(socket.IPPROTO_IPV6, IPV6_RTHDR, srh_bytes(transit))
-    rx.settimeout(0.3)
+    rx.settimeout(RX_POLL_S)
     dest = (str(spec.address(dst)), BARE_PORT)
     gap = payload * 8 / (rate_mbit * 1e6)
     res: dict = {}
@@ -100,14 +102,23 @@ def bare_path(fab: Fabric, src: str, dst: str, rate_mbit: float, payload: int,
         res["tx"] = (n, u1 - u0, s1 - s0)
 
     def recv() -> None:
+        # The end is seen only at a timeout, so a datagram costs no more than a blocking
+        # read: the sender done and every datagram in, or SILENCE_S with none arriving
+        # (a sender held up mid-run is not its end; what never came is counted missing).
         buf = bytearray(payload + 64)
         u0, s0 = _thread_cpu()
-        n = 0
+        n = seen = quiet = 0
         while True:
             try:
                 rx.recv_into(buf)
             except TimeoutError:
-                break
+                if "tx" in res and n >= res["tx"][0]:
+                    break
+                quiet = quiet + 1 if n == seen else 1
+                seen = n
+                if quiet * RX_POLL_S >= SILENCE_S:
+                    break
+                continue
             n += 1
         u1, s1 = _thread_cpu()
         res["rx"] = (n, u1 - u0, s1 - s0)
@@ -117,7 +128,7 @@ def bare_path(fab: Fabric, src: str, dst: str, rate_mbit: float, payload: int,
         for th in threads:
             th.start()
         for th in threads:
-            th.join(seconds + 10)
+            th.join(seconds + SILENCE_S + 10)
     finally:
         rx.close()
         tx.close()

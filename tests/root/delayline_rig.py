@@ -209,18 +209,33 @@ s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
 s.connect((dst, int(port)))
 buf = bytes(int(payload))
 gap = (int(payload) + 62) * 8 / float(rate_bps)
-now = time.monotonic()
-end, due, sent = now + float(seconds), now, 0
+sched = os.open("/proc/self/schedstat", os.O_RDONLY)
+def waited():  # seconds this process has spent runnable but kept off a CPU
+    return int(os.pread(sched, 64, 0).split()[1]) / 1e9
+mono, prev = time.monotonic, waited()
+now = mono()
+end, due, sent, held, free = now + float(seconds), now, 0, 0.0, now
 while due < end:
-    now = time.monotonic()
+    now = mono()
     if due > now:
         time.sleep(due - now)
-    elif now - due > 20 * gap:
+        now = mono()
+        late = now - due  # a late wake-up
+    else:
+        late = now - free  # held between two sends while behind
+    if now - due > 20 * gap:
         due = now  # fell far behind: do not burst to catch up
-    s.send(buf)
+    s.send(buf)  # blocks while the link's queue is full: the link's pace, not the host's
+    free = mono()
+    w = waited()
+    # What the host took this round: its lateness outside send() (a vCPU taken away)
+    # or its wait for a CPU (woken from the sleep or the send on a busy host), the
+    # longer, past the 1 ms a normal wake-up takes.
+    held += max(0.0, max(late, w - prev) - 0.001)
+    prev = w
     sent += 1
     due += gap
-print(sent)
+print(sent, held)
 """
 
 
@@ -230,6 +245,8 @@ class LoadResult:
     one_way: list[float]  # probe send -> kernel receive at B (plus HTB queueing at A)
     blast_sent: int
     seconds: float
+    blast_held_s: float = 0.0  # schedule the blaster skipped while the host held it back
+    blast_mbit: float = 0.0  # wire rate the blaster offered (probes included), over seconds
 
 
 def under_load(pair: tuple[Namespace, Namespace], rate_mbit: float, seconds: float,
@@ -277,8 +294,11 @@ def under_load(pair: tuple[Namespace, Namespace], rate_mbit: float, seconds: flo
                     del sent_at[seq]
                 seq += 1
                 nxt += probe_gap
-        deadline = time.monotonic() + 0.5
-        while time.monotonic() < deadline:
+        # At least 0.5 s for the last probes, longer while a probe that left A is
+        # still in the relay (the relay held up at the end: its hold is still measured).
+        settle, deadline = time.monotonic() + 0.5, time.monotonic() + 5.0
+        while time.monotonic() < deadline and (time.monotonic() < settle
+                                               or not at_a.keys() <= at_b.keys()):
             select.select([snif_a, snif_b, rx], [], [], 0.05)
             read_stamped(snif_a, at_a, seq_at)
             read_stamped(snif_b, at_b, seq_at)
@@ -292,7 +312,10 @@ def under_load(pair: tuple[Namespace, Namespace], rate_mbit: float, seconds: flo
             s.close()
     hold = [at_b[k] - at_a[k] for k in at_a if k in at_b]
     one_way = [at_rx[k] - sent_at[k] for k in sent_at if k in at_rx]
-    return LoadResult(hold, one_way, int(out.strip() or 0), seconds)
+    blast_sent, held = (out.split() + ["0", "0"])[:2]
+    wire = int(blast_sent) * (payload + ETH_IPV6_UDP) + len(sent_at) * (ETH_IPV6_UDP + 12)
+    return LoadResult(hold, one_way, int(blast_sent), seconds, float(held),
+                      wire * 8 / seconds / 1e6)
 
 
 def within(measured: float, target: float, frac: float = 0.10) -> bool:
@@ -313,9 +336,17 @@ def idle_hold(pair: tuple[Namespace, Namespace], count: int, gap: float = 0.003)
             time.sleep(gap)
             read_stamped(snif_a, at_a, ETH_IPV6_UDP)
             read_stamped(snif_b, at_b, ETH_IPV6_UDP)
-        time.sleep(0.05)
-        read_stamped(snif_a, at_a, ETH_IPV6_UDP)
-        read_stamped(snif_b, at_b, ETH_IPV6_UDP)
+        # Until every probe sent has left A and come out at B: a relay (or this
+        # process) held up at the end is late, not lossy; the deadline leaves the
+        # missing ones to the caller's count.
+        deadline = time.monotonic() + 5.0
+        while len(at_a) < count or not at_a.keys() <= at_b.keys():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            select.select([snif_a, snif_b], [], [], min(left, 0.05))
+            read_stamped(snif_a, at_a, ETH_IPV6_UDP)
+            read_stamped(snif_b, at_b, ETH_IPV6_UDP)
     finally:
         for s in (snif_a, snif_b, rx, tx):
             s.close()

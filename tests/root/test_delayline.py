@@ -23,7 +23,7 @@ from .delayline_rig import (
     under_load,
     within,
 )
-from .hostnoise import HostWakeups, measure_undisturbed
+from .hostnoise import HeldBack, HostWakeups, measure_undisturbed
 
 pytestmark = pytest.mark.root
 
@@ -53,7 +53,7 @@ def test_idle_delay(pair: tuple[Namespace, Namespace], delay_ms: float) -> None:
         print(f"idle {delay_ms} ms: ping-pong RTT/2 {one_way}; at zero delay, interleaved "
               f"with it, {base} (added {added * 1e3:.3f} ms); hold {hold}; host wake-ups "
               f"meanwhile {host.summary()}")
-        assert one_way.n == count and hold.n == 300
+        assert one_way.n == count and hold.n == 300, (one_way, hold)
         # RTT/2 includes this test's own wake-ups: compare what the delay adds to it.
         assert one_way.lo >= target and within(added, target), (one_way, base)
         check_hold(holds, delay_ms, host.samples)
@@ -81,12 +81,23 @@ def test_delay_at_full_rate(pair: tuple[Namespace, Namespace], delay_ms: float) 
         hold, one_way = Summary.of(res.hold), Summary.of(res.one_way)
         mbit = (after.bytes - before.bytes) * 8 / seconds / 1e6
         print(f"{rate} Mbit/s, {delay_ms} ms: hold {hold}; send-to-receive {one_way}; "
-              f"relayed {mbit:.1f} Mbit/s; relay CPU {cpu:.2f} s; host wake-ups meanwhile "
-              f"{host.summary()}")
+              f"relayed {mbit:.1f} Mbit/s (offered {res.blast_mbit:.1f}, the blaster held "
+              f"back {res.blast_held_s * 1e3:.0f} ms); relay CPU {cpu:.2f} s; host wake-ups "
+              f"meanwhile {host.summary()}")
         assert hold.n >= 0.9 * (seconds - 0.6) / 0.004
         check_hold(res.hold, delay_ms, host.samples)
-        # The link was busy: the relay carried the configured rate, dropping nothing.
-        assert mbit >= 0.95 * rate
         assert after.overflow == after.errors == after.lost == 0
+        # The link was busy: the relay carried the configured rate. A miss is the
+        # host's only when the blaster did not offer the rate and the time the host kept
+        # it off its schedule accounts for the miss: it carried 95 % of what the blaster
+        # was let offer. A blaster slowed by a full queue (a slow relay) is no excuse.
+        if mbit < 0.95 * rate:
+            carried = (f"relayed {mbit:.1f} Mbit/s of {rate} (95 % needed); the blaster "
+                       f"offered {res.blast_mbit:.1f} Mbit/s, held back "
+                       f"{res.blast_held_s * 1e3:.0f} ms of its {seconds} s")
+            if (res.blast_mbit < 0.95 * rate
+                    and mbit >= 0.95 * rate * (1 - res.blast_held_s / seconds)):
+                raise HeldBack(carried)
+            raise AssertionError(carried)
 
     measure_undisturbed(attempt, max(0.10 * delay_ms / 1e3, 500e-6))  # check_hold's guard

@@ -417,16 +417,32 @@ def test_overloaded_egress_drops_at_its_queue(fabric):
     hot = ("p0l0", "s0")  # both flows leave leaf p0l0 towards spine p0s0: 2x its rate
     on_path = {(h.node, h.out_ifname) for f in flows for h in f.path.hops}
     assert hot in on_path
-    settled(fabric)
-    before = drops(fabric)
-    results = run_flows(fabric, flows, rate_mbit=rate, seconds=1.0)
-    settled(fabric)
-    after = drops(fabric)
-    dropped = {key: after[key] - before[key] for key in before}
-    assert dropped[hot] > 0
-    assert {k: v for k, v in dropped.items() if v and k not in on_path} == {}
-    lost = sum(r.sent for r in results) - sum(r.received for r in results)
-    assert lost == sum(dropped[k] for k in on_path), (results, dropped)
+    tries = 3
+    for i in range(tries):
+        settled(fabric)
+        before = drops(fabric)
+        results = run_flows(fabric, flows, rate_mbit=rate, seconds=1.0)
+        settled(fabric)
+        after = drops(fabric)
+        dropped = {key: after[key] - before[key] for key in before}
+        assert dropped[hot] > 0
+        assert {k: v for k, v in dropped.items() if v and k not in on_path} == {}
+        lost = sum(r.sent for r in results) - sum(r.received for r in results)
+        at_queues = sum(dropped[k] for k in on_path)
+        if lost == at_queues:
+            return
+        # The receiving socket's overflows are the host's part: the receiver was held
+        # off the CPU until its buffer filled. Measured again only when they account
+        # for the whole difference; any other loss is the fabric's.
+        overflow = sum({r.flow.dst: r.rcvbuf_drops for r in results}.values())
+        miss = (f"lost {lost}, dropped at the queues {at_queues}, receive-buffer "
+                f"overflows {overflow}")
+        if not overflow or lost != at_queues + overflow:
+            raise AssertionError(f"{miss}: {results}, {dropped}")
+        if i == tries - 1:
+            pytest.skip(f"inconclusive: the receiver fell behind in each of {tries} tries "
+                        f"({miss})")
+        print(f"  try {i + 1}: {miss}, the receiver fell behind: measuring again")
 
 
 def test_plane_addresses_keep_traffic_on_their_plane(fabric):

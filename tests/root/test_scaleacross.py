@@ -87,11 +87,23 @@ def test_pinned_cross_dc_path_crosses_the_chosen_dci_link(fab):
     if fab.delay_backend_used != "userspace":
         pytest.skip("relay counters exist only for the userspace delay line")
     path = SA.path("h0", "d1h0", 1, 0, dst_spine=1)
-    before = {n: dl.stats() for n, dl in fab.delay_lines.items()}
+    before = {n: dl.stats().a_to_b for n, dl in fab.delay_lines.items()}
     res = run_flows(fab, [Flow("h0", "d1h0", path)], rate_mbit=4, seconds=0.5, payload=1000)
-    after = {n: dl.stats() for n, dl in fab.delay_lines.items()}
-    moved = {n: after[n].a_to_b.relayed - before[n].a_to_b.relayed for n in after}
-    assert moved == {"p0x-d1p0x": 0, "p1x-d1p1x": res[0].sent}
+
+    def moved() -> dict[str, tuple[int, int]]:
+        """Per DCI link: frames relayed since ``before``, and frames it dropped."""
+        out = {}
+        for n, dl in fab.delay_lines.items():
+            a, b = dl.stats().a_to_b, before[n]
+            out[n] = (a.relayed - b.relayed,
+                      a.lost + a.overflow + a.errors - b.lost - b.overflow - b.errors)
+        return out
+
+    # The relay may still hold the last frames: wait until it accounts for every one.
+    deadline = time.monotonic() + 5.0
+    while sum(sum(c) for c in moved().values()) < res[0].sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert moved() == {"p0x-d1p0x": (0, 0), "p1x-d1p1x": (res[0].sent, 0)}, res[0]
 
 
 def test_cross_dc_rtt_is_twice_the_configured_delay(fab):

@@ -122,6 +122,6 @@ def test_driver_cpu_accounting_and_the_bare_path(fab):
     spine = next(h.node for h in first.hops if h.node.startswith(f"p{first.plane}s"))
     before = interface_packets(fab.kernels[spine])["l1"][1]
     bare = bare_path(fab, SRC, DST, rate_mbit=20.0, payload=8000, seconds=0.5)
-    assert bare["sent"] > 100 and bare["received"] == bare["sent"]
+    assert bare["sent"] > 100 and bare["received"] == bare["sent"], bare
     assert interface_packets(fab.kernels[spine])["l1"][1] - before >= bare["sent"]
     assert bare["tx_us"] > 0 and bare["rx_us"] > 0
