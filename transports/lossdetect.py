@@ -10,7 +10,14 @@ Loss detection (sprayed traffic reorders across paths, not within one):
      loss bound ``max(srtt * (1 + reorder_frac) + reorder_min, srtt + 4 rttvar)`` (an
      RTO of that EV without the floor: a slow path is not blamed for being slower
      than a fast one) and than the RTT of the latest-sent packet acknowledged plus
-     the EV's ``reo_wnd`` (RACK: a queue that every EV crosses is not a loss);
+     the EV's ``reo_wnd`` (RACK: a queue that every EV crosses is not a loss).
+     Fewer than ``dupthresh`` later transmissions (a message's short tail, say) are
+     enough for the reorder timer (RACK's, RFC 8985; ``MrcConfig.reorder_timer``),
+     which fires when the oldest packet out has been out longer than its EV's loss
+     bound and than that RTT plus the larger of ``reo_wnd`` and ``reorder_frac`` of
+     that RTT, plus the ACK delay (one later transmission is weaker evidence, and a
+     queue that grew meanwhile is no reordering), on an EV whose RTT is known. Without
+     it such a loss waited for the probe timeout and its probe's round trip, or an RTO;
   C. per packet RTO: the larger of ``srtt + 4 rttvar`` of the EV it was sent on and
      of all EVs together, within [floor, rto_max], doubled per RTO without progress
      (and then stretched by up to ``BACKOFF_JITTER`` at random, so that repeated
@@ -277,7 +284,7 @@ class LossDetector:
             if p is None or p.seq != seq or p.lost:
                 heapq.heappop(heap)
                 continue
-            return min(heap[0][0], self.pto_deadline())
+            return min(heap[0][0], self.pto_deadline(), self.reorder_deadline())
         return INF
 
     def pto_deadline(self) -> float:
@@ -331,6 +338,8 @@ class LossDetector:
         # doubled as many times as it has predecessors).
         strikes = self.strikes
         silent = 0
+        if self.cfg.reorder_timer:  # before the RTOs: a loss B sees is no timeout
+            self._reorder_expired(now)
         while heap and heap[0][0] <= now:
             _, seq, psn = heapq.heappop(heap)
             p = self.inflight.get(psn)
@@ -490,6 +499,30 @@ class LossDetector:
             q.popleft()
             self.lose(p, now, NACK, "loss_cross_ev")
 
+    def _reorder_expired(self, now: float) -> None:
+        """The reorder timer: the oldest packets out that it condemns are lost (rule B)."""
+        q = self.order
+        while (p := self.live_head(q)) is not None:
+            if not (p.seq < self.hi_seq and self.rtt[p.ev].srtt
+                    and self._reorder_due(p) <= now + 1e-9):  # (rounding of the deadline)
+                break
+            q.popleft()
+            self.lose(p, now, NACK, "loss_reorder")
+
+    def reorder_deadline(self) -> float:
+        """When rule B's timing will condemn the oldest packet out, fewer than
+        ``dupthresh`` later transmissions having been acknowledged (RACK's reorder timer,
+        RFC 8985): without it a packet that only a short tail followed, say the first of
+        a two-packet message, would wait for a probe timeout and its probe's round trip,
+        or for its RTO (INF: nothing to wait for). A packet is judged only on a path
+        whose RTT is known: before that, a longer path would read as a loss."""
+        if not self.cfg.reorder_timer:
+            return INF
+        p = self.live_head(self.order)
+        if p is None or p.seq >= self.hi_seq or not self.rtt[p.ev].srtt:
+            return INF
+        return self._reorder_due(p)
+
     def _reo_wnd(self, ev: int) -> float:
         cfg = self.cfg
         return max(cfg.reorder_min, cfg.reorder_frac * self.rtt[ev].srtt)
@@ -501,6 +534,16 @@ class LossDetector:
         age = now - p.sent
         return (p.seq < self.hi_seq and age > self._loss_bound(p.ev)
                 and age > self.hi_rtt + self._reo_wnd(p.ev))
+
+    def _reorder_due(self, p: SentPacket) -> float:
+        """When the reorder timer condemns ``p``: rule B's timing, with the reorder window
+        at least the same fraction of the RTT the later transmission took (a queue that
+        grew meanwhile is not reordering) plus the receiver's ACK delay, since a single
+        later transmission is weaker evidence than ``dupthresh`` of them."""
+        cfg, ev = self.cfg, p.ev
+        behind = (self.hi_rtt + max(self._reo_wnd(ev), cfg.reorder_frac * self.hi_rtt)
+                  + cfg.ack_delay)
+        return p.sent + max(self._loss_bound(ev), behind)
 
     def on_tail_answer(self, probe: tuple[int, float, int, bool], now: float) -> None:
         """The full ACK answering a tail probe (sent after the silent packet ``psn``) has
@@ -550,7 +593,7 @@ class LossDetector:
         retired = self.paths.retire(ev, now, self.rto(ev))
         if kind == TIMEOUT:  # silent for an RTO while later packets got through: all lost
             self._flush(ev, now, everything=True)
-        elif retired and reason == "loss_cross_ev":
+        elif retired and reason in ("loss_cross_ev", "loss_reorder"):
             self._flush(ev, now, everything=False)
         self._blame(p.psn, ev, now)
 

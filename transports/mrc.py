@@ -32,10 +32,11 @@ directions, so that a probe answered proves the path round trip.
 
 Loss detection, blame and timeouts (transports/lossdetect.py): A (a later packet on
 the same EV acknowledged), B (``dupthresh`` later transmissions acknowledged, with
-RACK timing), C (per-packet RTO, with a floor in RTTs). A loss is blamed on its EV
-(which is retired) only when a transmission sent after it got through; an RTO
-without that evidence is *silent*: nothing is resent yet, a tail probe (a PROBE
-with FLAG_TAIL, queued as data) goes after the packet on its own EV (so through the
+RACK timing; or any later one, on a reorder timer), C (per-packet RTO, with a floor
+in RTTs). A loss is blamed on its EV (which is retired) only when a transmission
+sent after it got through; an RTO without that evidence is *silent*: nothing is
+resent yet, a tail probe (a PROBE with FLAG_TAIL, queued as data) goes after the
+packet on its own EV (so through the
 same FIFOs; a second copy on another EV: transports/lossdetect.py), and its answer,
 a full ACK, tells whether the packet got through (then nothing is resent) or not
 (then it is lost: the probe is the transmission after it that got through).
@@ -119,10 +120,11 @@ class MrcConfig:
     give_up_s: float = 10.0  # ... and the least time since the first of them (as RC's)
     reorder_frac: float = 0.25
     reorder_min: float = 5e-6
-    dupthresh: int = 3
+    dupthresh: int = 3  # rule B on an ACK: this many later transmissions acknowledged
     probe_min: float = 1e-3
     probe_max: float = 0.1
     pto: bool = True  # tail probes two smoothed RTTs after the last activity (lossdetect.py)
+    reorder_timer: bool = True  # rule B on a timer too, without dupthresh (lossdetect.py)
     window_pkts: int = 4096  # PSNs outstanding (sender) and accepted beyond rcv_nxt
     unposted_limit: int = 64 << 20
     use_crc: bool = True

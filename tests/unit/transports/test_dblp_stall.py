@@ -11,6 +11,7 @@ chunks after one connection-wide RTO without ack progress.
 """
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -27,10 +28,11 @@ BOUND = LossBound(0.25)  # 40 chunks: 30 needed
 
 def NoTail(*args):
     """A DblpCore without the tail timer (tests/unit/transports/test_dblp_tail.py) and
-    without the loss detector's probe timeout (its tail probes before an RTO), either of
-    which would also end the stall (first, once RTT samples say how long a healthy path
-    takes)."""
-    core = DblpCore(*args)
+    without the loss detector's probe timeout (its tail probes before an RTO) and reorder
+    timer (rule B between ACKs), any of which would also end the stall (first, once RTT
+    samples say how long a healthy path takes)."""
+    conn, evs, cfg, *rest = args
+    core = DblpCore(conn, evs, replace(cfg, reorder_timer=False), *rest)
     core.bsend._tail_deadline = lambda: INF
     core.loss.pto_deadline = lambda: INF
     return core

@@ -1,0 +1,136 @@
+"""MRC's reorder timer (rule B between ACKs), on the fake network.
+
+A packet that only a short tail followed, the first of a two-packet message say, is
+lost when the tail is acknowledged and the packet has been out longer than its path
+allows: one later transmission is fewer than ``dupthresh``, so without the timer it
+waited for the probe timeout, its tail probe's round trip, then the resend (or its
+RTO, which also strikes and cuts the window). With it the
+resend goes when rule B's timing (with a reorder window of the RTT the tail took and
+the ACK delay) says so. Reordering between paths of different lengths, and a queue
+every path crosses, condemn nothing.
+"""
+
+from dataclasses import replace
+
+import pytest
+
+from transports import wire
+from transports.fakenet import FakeNet, PathSpec
+from transports.mrc import MrcConfig, MrcCore
+
+MS = 1e-3
+CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=2.0)
+EVS = 4
+TWO_PACKETS = CFG.mtu_payload + 1000
+
+
+def setup(seed, reorder_timer=True, delays=(0.25 * MS,) * EVS):
+    cfg = replace(CFG, reorder_timer=reorder_timer)
+    a, b = MrcCore(3, EVS, cfg, seed), MrcCore(3, EVS, cfg, seed + 50)
+    net = FakeNet(seed)
+    net.connect("a", a, "b", b, [PathSpec(delay=d) for d in delays])
+    return net, a, b
+
+
+def send(net, msg, data):
+    buf = bytearray(len(data))
+    net.post_recv("b", msg, buf)
+    net.post_send("a", msg, data)
+    net.run(net.now + 5.0, stop=lambda: len(net.done["a"]) >= msg and len(net.done["b"]) >= msg)
+    assert all(c.ok for c in net.done["a"] + net.done["b"]) and buf == data
+
+
+def warm_up(net, n=20):
+    """Messages enough for RTT samples on every EV."""
+    for m in range(1, n + 1):
+        send(net, m, bytes([m]) * 3 * CFG.mtu_payload)
+        net.run(net.now + 1 * MS)
+    return n
+
+
+def data_records(net, psn):
+    return [r for r in net.log if r.src == "a" and r.kind == wire.DATA and r.psn == psn]
+
+
+def lose_head_of_next_message(net, a):
+    """The first copy of the next message's first packet is lost on its way."""
+    psn = a.snd.snd_nxt
+    dropped = []
+
+    def tamper(rec, data):
+        if rec.src == "a" and rec.kind == wire.DATA and rec.psn == psn and not dropped:
+            dropped.append(net.now)
+            return b""
+        return None
+
+    net.tamper = tamper
+    return psn, dropped
+
+
+def recovery(seed, reorder_timer):
+    net, a, b = setup(seed, reorder_timer)
+    m = warm_up(net) + 1
+    before = dict(a.stats)
+    psn, dropped = lose_head_of_next_message(net, a)
+    t0 = net.now
+    send(net, m, bytes(range(256)) * (TWO_PACKETS // 256) + bytes(TWO_PACKETS % 256))
+    assert dropped, "the scenario lost nothing"
+    copies = data_records(net, psn)
+    assert len(copies) == 2  # the lost first copy and one resend
+    delta = {k: a.stats[k] - before.get(k, 0) for k in a.stats}
+    return net, a, delta, copies[1].t - t0
+
+
+def test_a_lost_head_followed_by_a_short_tail_is_resent_by_the_reorder_timer():
+    for seed in (1, 2, 3):
+        net, a, d, resent = recovery(seed, reorder_timer=True)
+        assert d.get("loss_reorder") == 1 and d.get("tx_retx") == 1
+        assert not d.get("loss_tail_probe") and not d.get("loss_rto")
+        assert not d.get("tx_retx_spurious")
+        # rule B's timing: the tail's RTT plus its reorder window and the ACK delay, or
+        # the lost packet's own path bound, whichever is longer: a few base RTTs
+        srtt = a.loss.srtt.srtt
+        assert resent <= 1.25 * max(a.loss._loss_bound(ev) for ev in range(EVS)) + 2 * srtt
+        _, _, d_off, resent_off = recovery(seed, reorder_timer=False)
+        # without it: a tail probe's answer or the RTO (whichever timer came first)
+        assert not d_off.get("loss_reorder")
+        assert d_off.get("loss_tail_probe", 0) + d_off.get("loss_rto", 0) == 1
+        assert resent < resent_off
+
+
+def test_paths_of_different_lengths_reorder_without_a_loss():
+    # EV 0 is 8x longer than the others: a message's first packet sent on it arrives
+    # after the tail sent on a short one, every time; nothing is lost
+    # (the first RTO, before EV 0's RTT is known, takes it for lost either way)
+    runs = {}
+    for timer in (True, False):
+        net, a, b = setup(4, timer, delays=(2 * MS, 0.25 * MS, 0.25 * MS, 0.25 * MS))
+        warm_up(net, 60)
+        runs[timer] = a.stats, b.stats
+    (on, on_b), (off, off_b) = runs[True], runs[False]
+    assert on["loss_reorder"] == 0
+    assert on["tx_retx"] == off["tx_retx"] <= 1 and on_b["dup_data"] == off_b["dup_data"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_queue_every_path_crosses_condemns_nothing(seed):
+    # two-packet messages through a receiver port that bursts fill for ~60 ms: the tails'
+    # RTTs jump, and the paths' jitter lets a tail overtake its head by a little while
+    # the queue grows (a reorder window of the old, short RTT would condemn the head);
+    # nothing is lost, so the reorder timer must not resend
+    cfg = CFG
+    a, b = MrcCore(3, EVS, cfg, seed), MrcCore(3, EVS, cfg, seed + 50)
+    net = FakeNet(seed)
+    net.connect("a", a, "b", b, [PathSpec(delay=0.25 * MS, jitter=0.1 * MS)] * EVS)
+    port = net.port("a", "b", rate=12.5e6, buffer=8 << 20)
+    m = warm_up(net, 5)
+    t = net.now
+    while t < net.now + 2.0:
+        net.port_burst("a", "b", t + 2 * MS, t + 22 * MS, rate=50e6)
+        t += 150 * MS
+    for k in range(1, 300):
+        send(net, m + k, bytes(TWO_PACKETS))
+        net.run(net.now + 2 * MS)
+    assert port.dropped == port.other_dropped == 0 and port.other_bytes > 0
+    st = a.stats
+    assert st["loss_reorder"] == st["tx_retx"] == st["tx_retx_spurious"] == 0
