@@ -16,6 +16,7 @@ from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
 
 from emu.capture import Capture
+from emu.counters import interface_packets
 from emu.errors import EmuError
 from emu.fabric import Fabric
 from emu.netns import entered
@@ -26,6 +27,8 @@ from topologies.errors import TopologyError
 from transports import wire
 from transports.scapy_layer import SaeTransport
 from transports.scapy_layer import read_pcap as decode
+
+from .ctlnoise import wait_for
 
 pytestmark = pytest.mark.root
 
@@ -93,7 +96,12 @@ def test_capture_on_spine_decodes_srv6_data(fab: Fabric, tmp_path: Path) -> None
     for pcap, ip_dst, segleft in ((cap_in.path, spine_sid, 1), (cap_out.path, dst, 0)):
         pkts = decode(pcap)
         assert len(pkts) == len(sent), pcap
-        for pkt, (data, v) in zip(pkts, sent, strict=True):
+        # Matched by PSN: a sender moved to the other CPU between two datagrams may have
+        # them cross the veth pairs out of order, which is no fault of the capture.
+        by_psn = {v["psn"]: (data, v) for data, v in sent}
+        assert sorted(int(p[SaeTransport].psn) for p in pkts) == sorted(by_psn), pcap
+        for pkt in pkts:
+            data, v = by_psn[int(pkt[SaeTransport].psn)]
             assert IPv6 in pkt and pkt[IPv6].src == str(spec.address("h0"))
             assert pkt[IPv6].dst == ip_dst
             srh = pkt[IPv6ExtHdrSegmentRouting]
@@ -116,17 +124,31 @@ def test_snaplen_zero_keeps_whole_payload(fab: Fabric, tmp_path: Path) -> None:
     tx.bind((str(spec.address("h0")), 0))
     pin_socket(tx, path)
     data, v = datagram(200)
+    egress = path.hops[2].out_ifname
+
+    def spine_sent() -> int:
+        return interface_packets(fab.kernels[SPINE_NODE])[egress][1]
+
     try:
-        with Capture(fab, SPINE_NODE, path.hops[2].out_ifname, tmp_path / "full.pcap",
-                     snaplen=0) as cap:
+        with Capture(fab, SPINE_NODE, egress, tmp_path / "full.pcap", snaplen=0) as cap:
+            before = spine_sent()
             tx.sendto(data, (str(spec.address("h1")), wire.UDP_PORT))
-            time.sleep(0.2)  # no receiver here: give the packet time to cross the spine
+            # no receiver here: until the spine sent it on (stopping, the capture still
+            # writes what its socket was given)
+            wait_for(lambda: spine_sent() > before, 10,
+                     lambda: f"{SPINE_NODE} sent {spine_sent() - before} packets on {egress}")
     finally:
         tx.close()
     (pkt,) = decode(cap.path)
     sae = pkt[SaeTransport]
     assert bytes(sae) == data and wire.parse(bytes(sae)).crc == v["crc"]
     assert wire.crc32(sae.load) == sae.crc
+
+
+def host_sent(fab: Fabric) -> int:
+    """Packets h0 sent out of its NICs."""
+    c = interface_packets(fab.kernels["h0"])
+    return c["p0"][1] + c["p1"][1]
 
 
 def test_default_filter_without_srh(fab: Fabric, tmp_path: Path) -> None:
@@ -137,11 +159,15 @@ def test_default_filter_without_srh(fab: Fabric, tmp_path: Path) -> None:
     try:
         with Capture(fab, "h0", "p0", tmp_path / "p0.pcap") as c0, \
                 Capture(fab, "h0", "p1", tmp_path / "p1.pcap") as c1:
+            before = host_sent(fab)
             for i, sock in enumerate(socks):
                 sock.bind((str(spec.address("h0")), 0))
                 sock.sendto(datagram(i)[0], (dst, wire.UDP_PORT))
                 sock.sendto(b"not ours", (dst, wire.UDP_PORT + 1))
-            time.sleep(0.2)
+            # until h0's NICs sent them all (the captures see them as they leave)
+            want = 2 * len(socks)
+            wait_for(lambda: host_sent(fab) - before >= want, 10,
+                     lambda: f"h0 sent {host_sent(fab) - before} of {want} datagrams")
     finally:
         for sock in socks:
             sock.close()

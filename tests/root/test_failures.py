@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from emu.counters import interface_packets
+from emu.counters import interface_packets, queue_stats
 from emu.fabric import Fabric
 from emu.failures import GrayLink, LinkDown, LinkFlap, PlaneDown, RateDegrade, SwitchDown
 from emu.netns import entered
@@ -17,6 +17,7 @@ from emu.timeline import Timeline, TimelineRunner, at, fail_link, gray_link, res
 from emu.traffic import Flow, run_flows
 from topologies import MultiPlaneClos
 
+from .burstnoise import CpuWakeups, conclusive, excused
 from .hostnoise import goodput_at_ceiling
 
 pytestmark = pytest.mark.root
@@ -31,6 +32,15 @@ def fab():
         yield f
 
 
+# Probes still out are all in once the receiver, on time, heard none for QUIET_S of its
+# own running time and no queue of the fabric holds any; a host stall stretches neither.
+QUIET_S, POLL_S, PROBE_CAP_S = 0.3, 0.02, 10.0
+
+
+def queues_empty(fab: Fabric) -> bool:
+    return all(q.backlog == 0 for k in fab.kernels.values() for q in queue_stats(k).values())
+
+
 def probes(fab: Fabric, src: str, dst: str, plane: int, spine: int, n: int = 20) -> int:
     """Send ``n`` probes pinned to (plane, spine); return how many arrived."""
     spec = fab.spec
@@ -40,7 +50,7 @@ def probes(fab: Fabric, src: str, dst: str, plane: int, spine: int, n: int = 20)
         tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     try:
         rx.bind((str(spec.address(dst)), PORT))
-        rx.settimeout(0.3)
+        rx.settimeout(POLL_S)
         tx.bind((str(spec.address(src)), 0))
         pin_socket(tx, spec.path(src, dst, plane, spine))
         for i in range(n):
@@ -49,11 +59,18 @@ def probes(fab: Fabric, src: str, dst: str, plane: int, spine: int, n: int = 20)
             except OSError:
                 pass  # no route (the leaf's own uplink is down): the probe is lost
         got: set[int] = set()
-        try:
-            while len(got) < n:
+        quiet, deadline = 0.0, time.monotonic() + PROBE_CAP_S
+        while len(got) < n and time.monotonic() < deadline:
+            t = time.monotonic()
+            try:
                 got.add(int.from_bytes(rx.recv(16), "big"))
-        except TimeoutError:
-            pass
+                quiet = 0.0
+            except TimeoutError:
+                took = time.monotonic() - t
+                if took <= 2 * POLL_S:  # a poll that came back on time: real silence
+                    quiet += took
+                if quiet >= QUIET_S and queues_empty(fab):
+                    break
         return len(got)
     finally:
         rx.close()
@@ -105,7 +122,14 @@ def test_switch_down_and_plane_down(fab):
     assert all_paths_ok(fab)
 
 
+GRAY_RATE_MBIT, GRAY_S, GRAY_MIN = 20, 1.5, 2000
+
+
 def test_gray_link_loss_is_the_configured_fraction_both_ways(fab):
+    conclusive(lambda i: gray_loss(fab))
+
+
+def gray_loss(fab: Fabric) -> None:
     loss = 0.2
     gray = GrayLink("p0l0-p0s1", loss)
     gray.apply(fab)
@@ -113,12 +137,22 @@ def test_gray_link_loss_is_the_configured_fraction_both_ways(fab):
         flows = [Flow("h0", "h1", SPEC.path("h0", "h1", 0, 1)),
                  Flow("h1", "h0", SPEC.path("h1", "h0", 0, 1))]
         # Small datagrams at a rate the queues absorb: every loss is the gray link's.
-        res = run_flows(fab, flows, rate_mbit=20, seconds=1.5, payload=1000)
+        with CpuWakeups() as cpu:
+            t0 = time.monotonic()
+            res = run_flows(fab, flows, rate_mbit=GRAY_RATE_MBIT, seconds=GRAY_S, payload=1000)
+            t1 = time.monotonic()
     finally:
         gray.restore(fab)
     for r in res:
         n = r.sent
-        assert n > 2000
+        # The sender paces without catching up: GRAY_MIN datagrams need this much of its
+        # schedule (warm-up included); a sender held back longer could not send them.
+        per_s = GRAY_RATE_MBIT * 1e6 / 8 / r.frame_bytes
+        slack = GRAY_S + 0.3 - GRAY_MIN / per_s
+        with excused(cpu.check_held(t0, t1, slack, "while the flows ran"),
+                     (f"the sender fell {r.tx_stall_s * 1e3:.0f} ms behind its schedule"
+                      if r.tx_stall_s > slack else None)):
+            assert n > GRAY_MIN, (r.flow.src, n, r)
         sd = math.sqrt(n * loss * (1 - loss))
         assert abs(r.lost - n * loss) < 5 * sd, (r.flow.src, r.sent, r.received)
     assert all_paths_ok(fab)

@@ -162,7 +162,14 @@ def test_ctrl_c_keeps_what_is_done_and_resume_runs_only_the_rest(tmp_path):
             time.sleep(0.2)
         else:
             pytest.fail("no point done within 120 s")
-        time.sleep(1.0)  # the next point is running now
+        # The next point is running once its fabric's namespaces exist (the first point's
+        # were gone before its attempt was recorded): Ctrl-C then cancels it mid-run.
+        deadline = time.monotonic() + 120
+        while not _netns_left():
+            if p.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the next point did not start within 120 s: "
+                            f"{[(a['id'], a['status']) for a in _attempts(out)]}")
+            time.sleep(0.05)
         os.killpg(p.pid, signal.SIGINT)
         _, err = p.communicate(timeout=120)
     finally:
