@@ -399,6 +399,7 @@ def exchange(net: FakeNet, src: str, dst: str, messages: dict[int, bytes], until
              post_recv_first: bool = True) -> dict[int, bytearray]:
     """Post a receive buffer on ``dst`` and a send on ``src`` per message; run until every
     completion of both sides arrived (or ``until``); return the receive buffers."""
+    done_src, done_dst = len(net.done[src]), len(net.done[dst])  # from earlier exchanges
     bufs = {m: bytearray(len(d)) for m, d in messages.items()}
     if post_recv_first:
         for m, b in bufs.items():
@@ -409,5 +410,6 @@ def exchange(net: FakeNet, src: str, dst: str, messages: dict[int, bytes], until
         for m, b in bufs.items():
             net.post_recv(dst, m, b)
     n = len(messages)
-    net.run(until, stop=lambda: len(net.done[src]) >= n and len(net.done[dst]) >= n)
+    net.run(until, stop=lambda: (len(net.done[src]) >= done_src + n
+                                 and len(net.done[dst]) >= done_dst + n))
     return bufs

@@ -338,8 +338,7 @@ class LossDetector:
         # doubled as many times as it has predecessors).
         strikes = self.strikes
         silent = 0
-        if self.cfg.reorder_timer:  # before the RTOs: a loss B sees is no timeout
-            self._reorder_expired(now)
+        self._reorder_expired(now)  # before the RTOs: a loss B sees is no timeout
         while heap and heap[0][0] <= now:
             _, seq, psn = heapq.heappop(heap)
             p = self.inflight.get(psn)
@@ -501,13 +500,9 @@ class LossDetector:
 
     def _reorder_expired(self, now: float) -> None:
         """The reorder timer: the oldest packets out that it condemns are lost (rule B)."""
-        q = self.order
-        while (p := self.live_head(q)) is not None:
-            if not (p.seq < self.hi_seq and self.rtt[p.ev].srtt
-                    and self._reorder_due(p) <= now + 1e-9):  # (rounding of the deadline)
-                break
-            q.popleft()
-            self.lose(p, now, NACK, "loss_reorder")
+        while self.reorder_deadline() <= now + 1e-9:  # (rounding of the deadline)
+            _, psn = self.order.popleft()  # the live head the deadline was taken from
+            self.lose(self.inflight[psn], now, NACK, "loss_reorder")
 
     def reorder_deadline(self) -> float:
         """When rule B's timing will condemn the oldest packet out, fewer than

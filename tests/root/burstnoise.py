@@ -112,26 +112,25 @@ class CpuWakeups:
             [], str | None]:
         """An excuse for ``excused``: the host took a CPU away for longer than ``slack``
         (s) in [a, b]."""
-        def why() -> str | None:
-            w = self.worst(a, b)
-            if w <= slack:
-                return None
-            return (f"a CPU was taken away for {w * 1e3:.1f} ms {what}, beyond the "
-                    f"{slack * 1e3:.1f} ms the check allows")
-        return why
+        return _beyond(lambda: self.worst(a, b), slack, f"a CPU was taken away for {{}} {what}")
 
     def check_held(self, a: float, b: float, slack: float, what: str = "") -> Callable[
             [], str | None]:
         """An excuse for ``excused``: the host took more than ``slack`` (s) in all from one
         CPU in [a, b]."""
-        def why() -> str | None:
-            h = self.held(a, b)
-            if h <= slack:
-                return None
-            return (f"a CPU lost {h * 1e3:.1f} ms in all {what}, beyond the "
-                    f"{slack * 1e3:.1f} ms the check allows")
-        return why
+        return _beyond(lambda: self.held(a, b), slack, f"a CPU lost {{}} in all {what}")
 
+
+def _beyond(measure: Callable[[], float], slack: float, said: str) -> Callable[[], str | None]:
+    """An excuse that holds when ``measure()`` (s) exceeds ``slack``; ``said`` puts the
+    figure in its ``{}``."""
+    def why() -> str | None:
+        x = measure()
+        if x <= slack:
+            return None
+        return (f"{said.format(f'{x * 1e3:.1f} ms')}, beyond the {slack * 1e3:.1f} ms the "
+                f"check allows")
+    return why
 
 Excuse = Callable[[], "str | None"] | str | None
 

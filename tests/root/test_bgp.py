@@ -59,6 +59,15 @@ def reconverged(fab: Fabric) -> dict:
     return CALM["downs"]
 
 
+def over_both_spines(fab: Fabric, i: int, far: str, prefix) -> dict:
+    """Try ``i``'s start: converged (again, after a failed try) with ``far`` reaching
+    ``prefix`` over both spines; the BFD down counters then."""
+    before = reconverged(fab) if i else CALM["downs"]
+    with excused(flapped(fab, before)):  # a stall since may have flapped a session
+        assert frr.route_nexthops(fab.node_kernel(far), prefix) == {"s0", "s1"}
+    return before
+
+
 def calm(fab: Fabric, check) -> None:
     """Run ``check`` on the converged fabric. A failure is checked again (once converged)
     only when BFD sessions went down since the fabric was last seen converged: nothing
@@ -168,9 +177,7 @@ def test_gray_failure_is_detected_by_bfd(fab):
     far, prefix = "p0l1", host_prefix(fab, 0)
 
     def attempt(i: int) -> None:
-        before = reconverged(fab) if i else CALM["downs"]
-        with excused(flapped(fab, before)):  # a stall since may have flapped a session
-            assert frr.route_nexthops(fab.node_kernel(far), prefix) == {"s0", "s1"}
+        before = over_both_spines(fab, i, far, prefix)
         with CpuWakeups() as cpu:
             t_cut = time.monotonic()
             with entered(leaf.fd):
@@ -203,9 +210,7 @@ def test_remote_link_failure_withdraws_within_bfd_time_and_traffic_recovers(fab)
     far, prefix = "p0l1", host_prefix(fab, 0)
 
     def attempt(i: int) -> None:
-        before = reconverged(fab) if i else CALM["downs"]
-        with excused(flapped(fab, before)):  # a stall since may have flapped a session
-            assert frr.route_nexthops(fab.node_kernel(far), prefix) == {"s0", "s1"}
+        before = over_both_spines(fab, i, far, prefix)
         with CpuWakeups() as cpu:
             t0 = time.monotonic()
             set_link(fab, "p0l0-p0s0", up=False)

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 
 from transports import wire
-from transports.fakenet import FakeNet, PathSpec
+from transports.fakenet import FakeNet, PathSpec, exchange
 from transports.mrc import MrcConfig, MrcCore
 
 MS = 1e-3
@@ -24,19 +24,16 @@ EVS = 4
 TWO_PACKETS = CFG.mtu_payload + 1000
 
 
-def setup(seed, reorder_timer=True, delays=(0.25 * MS,) * EVS):
+def setup(seed, reorder_timer=True, delays=(0.25 * MS,) * EVS, jitter=0.0):
     cfg = replace(CFG, reorder_timer=reorder_timer)
     a, b = MrcCore(3, EVS, cfg, seed), MrcCore(3, EVS, cfg, seed + 50)
     net = FakeNet(seed)
-    net.connect("a", a, "b", b, [PathSpec(delay=d) for d in delays])
+    net.connect("a", a, "b", b, [PathSpec(delay=d, jitter=jitter) for d in delays])
     return net, a, b
 
 
 def send(net, msg, data):
-    buf = bytearray(len(data))
-    net.post_recv("b", msg, buf)
-    net.post_send("a", msg, data)
-    net.run(net.now + 5.0, stop=lambda: len(net.done["a"]) >= msg and len(net.done["b"]) >= msg)
+    (buf,) = exchange(net, "a", "b", {msg: data}, net.now + 5.0).values()
     assert all(c.ok for c in net.done["a"] + net.done["b"]) and buf == data
 
 
@@ -118,10 +115,7 @@ def test_a_queue_every_path_crosses_condemns_nothing(seed):
     # RTTs jump, and the paths' jitter lets a tail overtake its head by a little while
     # the queue grows (a reorder window of the old, short RTT would condemn the head);
     # nothing is lost, so the reorder timer must not resend
-    cfg = CFG
-    a, b = MrcCore(3, EVS, cfg, seed), MrcCore(3, EVS, cfg, seed + 50)
-    net = FakeNet(seed)
-    net.connect("a", a, "b", b, [PathSpec(delay=0.25 * MS, jitter=0.1 * MS)] * EVS)
+    net, a, b = setup(seed, jitter=0.1 * MS)
     port = net.port("a", "b", rate=12.5e6, buffer=8 << 20)
     m = warm_up(net, 5)
     t = net.now
