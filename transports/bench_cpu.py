@@ -14,6 +14,7 @@ driver loop, its ACKs).
 
 from __future__ import annotations
 
+import os
 import resource
 import socket
 import statistics
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from emu.fabric import Fabric
 from emu.netns import entered
 from emu.srv6 import IPV6_RTHDR, srh_bytes
+from topologies import MultiPlaneClos
 from transports.harness import TransferResult
 
 BARE_PORT = 4799  # a port no transport uses
@@ -60,6 +62,30 @@ def _thread_cpu() -> tuple[float, float]:
     return ru.ru_utime, ru.ru_stime
 
 
+def paced_sends(txs: Sequence[tuple[socket.socket, tuple[str, int]]], buf: bytes,
+                gap: float, seconds: float) -> int:
+    """Send ``buf`` once on every (socket, destination) each ``gap`` seconds for
+    ``seconds``; the datagrams sent. Slots missed while this thread was held back are
+    skipped, not caught up in a burst, as a NIC never sends above its line rate."""
+    sent = 0
+    t = time.monotonic()
+    due, end = t, t + seconds
+    while t < end:
+        if due > t + 0.0005:
+            time.sleep(due - t)
+        elif t - due > 4 * gap:
+            due = t
+        for tx, dest in txs:
+            try:
+                tx.sendto(buf, dest)
+                sent += 1
+            except OSError:
+                pass
+        due += gap
+        t = time.monotonic()
+    return sent
+
+
 def bare_path(fab: Fabric, src: str, dst: str, rate_mbit: float, payload: int,
               seconds: float = 1.0, srv6: bool = True) -> dict:
     """The kernel's cost of one datagram from ``src`` to ``dst`` over the fabric: a
@@ -85,19 +111,7 @@ def bare_path(fab: Fabric, src: str, dst: str, rate_mbit: float, payload: int,
     def send() -> None:
         buf = bytes(payload)
         u0, s0 = _thread_cpu()
-        n = 0
-        t = time.monotonic()
-        due, end = t, t + seconds
-        while t < end:
-            if due > t + 0.0005:
-                time.sleep(due - t)
-            try:
-                tx.sendto(buf, dest)
-                n += 1
-            except OSError:
-                pass
-            due += gap
-            t = time.monotonic()
+        n = paced_sends([(tx, dest)], buf, gap, seconds)
         u1, s1 = _thread_cpu()
         res["tx"] = (n, u1 - u0, s1 - s0)
 
@@ -140,6 +154,119 @@ def bare_path(fab: Fabric, src: str, dst: str, rate_mbit: float, payload: int,
             "rx_us": round((ru + rs) / per * 1e6, 2),
             "us_per_packet": round(((tu + ts) / max(sent, 1) + (ru + rs) / per) * 1e6, 2),
             "sys_share": round((ts + rs) / max(tu + ts + ru + rs, 1e-9), 3)}
+
+
+class MachineCpu:
+    """What the whole machine's CPUs did between :meth:`start` and :meth:`stop` (from
+    /proc/stat): the busy share of all CPUs, and within it softirq (the kernel forwarding
+    datagrams across the emulated fabric) and steal (a hypervisor running others on
+    these CPUs). A measurement at a busy share near 1 was limited by the machine's CPU,
+    whatever the transports' own figures say."""
+
+    def __init__(self) -> None:
+        self._t0: list[int] | None = None
+        self._wall0 = 0.0
+        self.result: dict | None = None
+
+    @staticmethod
+    def _read() -> list[int]:
+        with open("/proc/stat") as f:  # cpu  user nice system idle iowait irq softirq steal
+            return [int(x) for x in f.readline().split()[1:9]]
+
+    def start(self, _t0: float | None = None) -> None:
+        """Take the first sample (usable as a harness ``on_start`` callback)."""
+        self._t0 = self._read()
+        self._wall0 = time.monotonic()
+
+    def stop(self) -> dict:
+        """Take the second sample; the shares between the two, and the CPU seconds the
+        busy share stands for (``cpu_s``: busy x CPUs x the seconds between the two)."""
+        if self._t0 is None:
+            raise RuntimeError("MachineCpu.stop() before start()")
+        d = [b - a for a, b in zip(self._t0, self._read(), strict=True)]
+        wall = time.monotonic() - self._wall0
+        total = sum(d) or 1
+        busy = 1 - (d[3] + d[4]) / total
+        self.result = {"busy": round(busy, 3), "softirq": round(d[6] / total, 3),
+                       "steal": round(d[7] / total, 3), "seconds": round(wall, 3),
+                       "cpu_s": round(busy * (os.cpu_count() or 1) * wall, 3)}
+        return self.result
+
+
+def bare_permutation(fab: Fabric, transfers: Sequence[tuple[str, str]], payload: int,
+                     seconds: float = 2.0) -> dict:
+    """The kernel alone carrying a permutation's load: for every (src, dst) pair, one
+    ``sendto`` per NIC paced at the NIC's line rate over the SRH of one path of that
+    plane (pair i on spine i, so every uplink carries one flow, as spraying's ideal),
+    and a ``recv_into`` loop per destination. No transport: what is delivered, and the
+    whole machine's CPU per delivered datagram, is the fabric's own cost, the floor
+    under any transport's on this machine."""
+    spec = fab.spec
+    rxs: dict[str, socket.socket] = {}
+    txs: list[tuple[socket.socket, tuple[str, int]]] = []
+    got: dict[str, int] = {}
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    srh_len = 0
+    try:
+        for i, (src, dst) in enumerate(transfers):
+            if dst not in rxs:
+                with entered(fab.node_kernel(dst).fd):
+                    rx = rxs[dst] = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+                rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+                rx.bind((str(spec.address(dst)), BARE_PORT))
+                rx.settimeout(RX_POLL_S)
+                got[dst] = 0
+            paths = spec.paths(src, dst)
+            for plane in range(spec.planes):
+                on_plane = [p for p in paths if p.plane == plane]
+                path = on_plane[i % len(on_plane)]
+                with entered(fab.node_kernel(src).fd):
+                    tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+                tx.bind((str(spec.address(src)), 0))
+                srh = srh_bytes([str(x) for x in path.segments[:-1]])
+                tx.setsockopt(socket.IPPROTO_IPV6, IPV6_RTHDR, srh)
+                txs.append((tx, (str(spec.address(dst)), BARE_PORT)))
+                srh_len = max(srh_len, len(srh))
+
+        def recv(dst: str) -> None:
+            buf = bytearray(payload + 64)
+            rx = rxs[dst]
+            while not stop.is_set():
+                try:
+                    rx.recv_into(buf)
+                except TimeoutError:
+                    continue
+                got[dst] += 1
+
+        threads = [threading.Thread(target=recv, args=(d,), daemon=True) for d in rxs]
+        for th in threads:
+            th.start()
+        assert isinstance(spec, MultiPlaneClos)  # the bench's fabric
+        rate = spec.host_link.rate_mbit * 1e6
+        gap = (payload + 14 + 40 + srh_len + 8) * 8 / rate  # Ethernet, IPv6, SRH, UDP
+        buf = bytes(payload)
+        machine = MachineCpu()
+        machine.start()
+        sent = paced_sends(txs, buf, gap, seconds)  # each NIC at its line rate
+        # the last datagrams are still queued on the fabric: wait until the counts settle
+        last = -1
+        while sum(got.values()) != last:
+            last = sum(got.values())
+            time.sleep(RX_POLL_S)
+        res = machine.stop()
+    finally:
+        stop.set()
+        for th in threads:  # each sees the stop within one receive timeout
+            th.join(RX_POLL_S * 3)
+        for sock in [*rxs.values(), *(tx for tx, _ in txs)]:
+            sock.close()
+    offered = len(txs) * seconds / gap
+    delivered = sum(got.values())
+    return {"seconds": seconds, "nics": len(txs), "sent": sent, "received": delivered,
+            "offered_fraction": round(sent / offered, 3),
+            "delivered_fraction": round(delivered / offered, 3), "machine_cpu": res,
+            "machine_us_per_packet": round(res["cpu_s"] / max(delivered, 1) * 1e6, 1)}
 
 
 def summary(values: Sequence[float | None]) -> dict:

@@ -54,7 +54,7 @@ class TransferResult:
     @property
     def ok(self) -> bool:
         """Every message delivered intact, and no core raised on a datagram."""
-        return (all(m["ok"] and m.get("sha256_ok", True) for m in self.messages)
+        return (all(m["ok"] and m.get("exact", True) for m in self.messages)
                 and not self.internal_errors)
 
     @property
@@ -167,7 +167,7 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
         done = max(m.get("t", float("inf")) for m in got)
         res.messages.append({
             "transfer": i, "src": t.src, "dst": t.dst, "bytes": t.size,
-            "ok": all(m["ok"] and m.get("sha256_ok", True) for m in got),
+            "ok": all(m["ok"] and m.get("exact", True) for m in got),
             "t": done, "posted": posted, "latency": done - posted,
             "delivered": min(m.get("delivered", 1.0) for m in got),
             "missing": sum(m.get("missing", 0) for m in got),

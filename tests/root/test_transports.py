@@ -147,3 +147,21 @@ def test_driver_cpu_accounting_and_the_bare_path(fab):
     assert bare["sent"] > 100 and bare["received"] == bare["sent"], bare
     assert interface_packets(fab.kernels[spine])["l1"][1] - before >= bare["sent"]
     assert bare["tx_us"] > 0 and bare["rx_us"] > 0
+
+
+def test_bare_permutation_delivers_what_it_offers(fab):
+    """The kernel-alone reference of the permutation bench: each NIC paced at its line
+    rate on a path of its plane delivers every datagram, and the machine's CPU per
+    datagram is reported."""
+    from transports.bench_cpu import bare_permutation
+
+    spines = {s.name: interface_packets(fab.kernels[s.name])["l1"][1] for s in SPEC.spine_nodes}
+    k = bare_permutation(fab, [(SRC, DST)], payload=8000, seconds=0.5)
+    assert k["nics"] == SPEC.planes and k["sent"] > 0
+    assert k["received"] == k["sent"], k
+    assert 0 < k["offered_fraction"] <= 1.01 and k["delivered_fraction"] <= 1.01
+    assert k["machine_cpu"]["cpu_s"] > 0 and k["machine_us_per_packet"] > 0
+    # one path per plane (pair 0 on each plane's spine 0): both planes carried them
+    moved = {n: interface_packets(fab.kernels[n])["l1"][1] - c for n, c in spines.items()}
+    for plane in range(SPEC.planes):
+        assert moved[f"p{plane}s0"] >= k["sent"] // SPEC.planes, moved

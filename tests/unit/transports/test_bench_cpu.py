@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
-from transports.bench_cpu import driver_cpu, summary
+from transports.bench_cpu import MachineCpu, driver_cpu, summary
 from transports.harness import Transfer, TransferResult
 
 
@@ -38,3 +41,19 @@ def test_tcp_has_no_datagram_count_but_shares():
 def test_summary_ignores_unknown_values():
     assert summary([3.0, None, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0}
     assert summary([None]) == {"median": None, "min": None, "max": None}
+
+
+def test_machine_cpu_sees_a_busy_core():
+    m = MachineCpu()
+    m.start()
+    end = time.process_time() + 0.4
+    while time.process_time() < end:  # one of the machine's CPUs busy for 0.4 s of CPU
+        pass
+    got = m.stop()
+    assert 1.0 / os.cpu_count() - 0.1 <= got["busy"] <= 1.0  # type: ignore[operator]
+    assert 0.0 <= got["softirq"] <= got["busy"] and 0.0 <= got["steal"] <= got["busy"]
+
+
+def test_machine_cpu_needs_a_start():
+    with pytest.raises(RuntimeError, match="before start"):
+        MachineCpu().stop()

@@ -5,7 +5,6 @@ sampler on fake cores."""
 
 from __future__ import annotations
 
-import hashlib
 import random
 
 import pytest
@@ -340,7 +339,3 @@ def test_rss_sampler_samples_on_period_and_stays_bounded():
     finally:
         s.close()
 
-
-def test_sha_of_seed_bytes_is_what_the_receiver_expects():
-    st = RecvStream({"msg0": 1, "size": 100, "seeds": [3], "window": 1}, fake_conn(), 8000)
-    assert st.digests == [hashlib.sha256(message_bytes(3, 100)).digest()]

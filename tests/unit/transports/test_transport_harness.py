@@ -11,7 +11,7 @@ import pytest
 from emu.errors import EmuError
 from topologies import MultiPlaneClos
 from transports.harness import Transfer, plan_transfers
-from transports.plan import AfterGate
+from transports.plan import AfterGate, message_bytes, placed_exactly
 
 SPEC = MultiPlaneClos(planes=2, spines=2, leaves=2, hosts_per_leaf=2)
 
@@ -81,3 +81,18 @@ def test_gated_rounds_stay_in_lockstep():
         prev_done = max(done_at[m] for m in parts[i - 1])
         assert all(posted[m] == prev_done for m in parts[i])  # both lanes start together
     assert max(done_at.values()) == 25.0  # 5 rounds of the slow lane, no drift
+
+
+def test_placed_exactly_compares_every_placed_byte():
+    ref = message_bytes(7, 3 * 1000 + 500)  # three whole chunks and a partial one
+    assert placed_exactly(bytearray(ref), ref)
+    assert not placed_exactly(bytearray(ref[:-1]), ref)  # a short message
+    for at in (0, 999, 1000, 2500, len(ref) - 1):  # first, last of a chunk, the tail
+        got = bytearray(ref)
+        got[at] ^= 1
+        assert not placed_exactly(got, ref), at
+        # the same byte inside a chunk the receive left unplaced does not count
+        assert placed_exactly(got, ref, missing=[at // 1000], chunk=1000), at
+    got = bytearray(ref)
+    got[1500] ^= 1
+    assert not placed_exactly(got, ref, missing=[0, 2, 3], chunk=1000)  # chunk 1 placed
