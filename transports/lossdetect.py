@@ -456,6 +456,8 @@ class LossDetector:
                 return
         for psn, p in named:
             if p is None and self.ledger.duplicate(psn, ack_ts):  # a duplicate arrival
+                # by the rule that resent it: the rule to look at when they are many
+                self.stats["spurious_" + (self.ledger.why(psn) or "unknown")] += 1
                 self.ledger.resolve(ts, ev, psn)
                 self.stats["tx_retx_spurious"] += 1
                 self.undo(psn, now, ev)
@@ -578,7 +580,7 @@ class LossDetector:
     def lose(self, p: SentPacket, now: float, kind: int, reason: str) -> None:
         """``p`` is lost: resend it; blame its EV only if a later transmission got through."""
         blamed = self.hi_seq > p.seq
-        self.snd.requeue(p, avoid=blamed)
+        self.snd.requeue(p, reason, avoid=blamed)
         self.stats[reason] += 1
         ev = p.ev
         if not blamed:  # no evidence against the path (every EV was silent)
@@ -621,7 +623,7 @@ class LossDetector:
             if not everything and not self._condemned(p, now):
                 keep.append((seq, psn))
                 continue
-            self.snd.requeue(p)
+            self.snd.requeue(p, "loss_ev_flush")
             self.stats["loss_ev_flush"] += 1
             self._blame(psn, ev, now)
         self.ev_q[ev] = keep

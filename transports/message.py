@@ -319,7 +319,7 @@ class SentPacket:
     """One data packet an MRC sender is responsible for (its latest transmission)."""
 
     __slots__ = ("psn", "om", "offset", "length", "flags", "crc", "ev", "sent", "ts", "seq",
-                 "lost", "retx", "avoid")
+                 "lost", "retx", "avoid", "why")
 
     def __init__(self, psn: int, om: OutMsg, offset: int, length: int, flags: int,
                  crc: int) -> None:
@@ -332,3 +332,4 @@ class SentPacket:
         self.lost = False  # declared lost, waiting in the retransmit queue
         self.retx = False  # sent more than once: which copy an ACK is for is unknown
         self.avoid = True  # resent on another EV than its last (False: no evidence against it)
+        self.why = ""  # what declared its latest loss (a loss_* statistic's name)

@@ -393,7 +393,7 @@ class MrcCore(MessageCore):
             self.stats["nack_unknown"] += 1
             return
         self.stats["rx_trim_nack"] += 1
-        self.snd.requeue(p)
+        self.snd.requeue(p, "rx_trim_nack")
         self.sel.feedback(p.ev, NACK)
         self._pump(now, out)
 

@@ -157,10 +157,11 @@ class Sender:
             self.policy.on_acked(p, now)
         return size
 
-    def requeue(self, p: SentPacket, avoid: bool = True) -> None:
+    def requeue(self, p: SentPacket, why: str, avoid: bool = True) -> None:
         """Take ``p`` out of flight and queue it for retransmission (on another EV than its
-        last if ``avoid``)."""
-        p.lost, p.avoid = True, avoid
+        last if ``avoid``); ``why``: what declared it lost (a ``loss_*`` statistic's name,
+        kept to tell which rule a spurious retransmission came from)."""
+        p.lost, p.avoid, p.why = True, avoid, why
         self.bytes_in_flight -= HEADER_LEN + p.length
         self.retxq.append(p.psn)
 
@@ -250,7 +251,7 @@ class Sender:
             else:
                 ev = self.pick_ev(p.psn, p.ev if p.avoid else -1)
             last = self._transmit(p, ev, now, out, FLAG_RETX | (FLAG_ACK_REQ if forced else 0))
-            self.ledger.record(p.ts, p.ev, p.psn, now)
+            self.ledger.record(p.ts, p.ev, p.psn, now, p.why)
             self.stats["tx_retx"] += 1
         cfg = self.cfg
         mtu, window, use_crc = cfg.mtu_payload, cfg.window_pkts, cfg.use_crc

@@ -37,7 +37,7 @@ Key = tuple[int, int]  # (ts in ns, EV)
 class RetxLedger:
     """The transmissions of retransmitted packets, by ``(ts, ev)``, for ``horizon`` s."""
 
-    __slots__ = ("horizon", "limit", "_by_key", "_fifo", "_count", "_acked")
+    __slots__ = ("horizon", "limit", "_by_key", "_fifo", "_count", "_acked", "_why")
 
     def __init__(self, horizon: float, limit: int = 1 << 16) -> None:
         if not horizon > 0 or limit < 1:
@@ -49,6 +49,7 @@ class RetxLedger:
         self._fifo: deque[tuple[float, Key, int]] = deque()
         self._count: dict[int, int] = {}  # psn -> its transmissions still named here
         self._acked: dict[int, int] = {}  # psn -> the receiver's ts on its first ACK
+        self._why: dict[int, str] = {}  # psn -> what declared its latest resent copy's loss
 
     def __len__(self) -> int:
         return len(self._fifo)
@@ -56,9 +57,12 @@ class RetxLedger:
     def __repr__(self) -> str:
         return f"RetxLedger(entries={len(self._fifo)}, horizon={self.horizon})"
 
-    def record(self, ts: int, ev: int, psn: int, now: float) -> None:
-        """Packet ``psn`` was transmitted at ``ts`` (ns) on ``ev`` (``now`` in seconds)."""
+    def record(self, ts: int, ev: int, psn: int, now: float, why: str = "") -> None:
+        """Packet ``psn`` was transmitted at ``ts`` (ns) on ``ev`` (``now`` in seconds);
+        ``why``: for a retransmission, what declared the packet lost."""
         self._expire(now)
+        if why:
+            self._why[psn] = why
         key = (ts, ev)
         self._by_key.setdefault(key, []).append(psn)
         self._fifo.append((now, key, psn))
@@ -74,6 +78,10 @@ class RetxLedger:
         duplicate: the first acknowledgement was sent before it."""
         first = self._acked.get(psn)
         return first is not None and first < ack_ts
+
+    def why(self, psn: int) -> str:
+        """What declared ``psn`` lost before its latest retransmission ("" if unknown)."""
+        return self._why.get(psn, "")
 
     def get(self, ts_echo: int, ev: int) -> list[int]:
         """PSNs transmitted at ``ts_echo`` on ``ev`` (oldest first; empty if none)."""
@@ -94,6 +102,7 @@ class RetxLedger:
         self._fifo.clear()
         self._count.clear()
         self._acked.clear()
+        self._why.clear()
 
     def _forget(self, psn: int) -> None:
         n = self._count[psn] - 1
@@ -102,6 +111,7 @@ class RetxLedger:
         else:
             del self._count[psn]
             self._acked.pop(psn, None)
+            self._why.pop(psn, None)
 
     def _expire(self, now: float) -> None:
         fifo, by_key = self._fifo, self._by_key

@@ -95,7 +95,8 @@ def test_ledger_names_copies_and_tells_duplicates_by_the_receivers_clock():
     led = RetxLedger(horizon=1.0)
     led.record(100, 0, 5, 0.0)  # psn 5 first sent at ts 100 on EV 0 ...
     led.record(100, 0, 6, 0.0)  # ... with psn 6 (same instant, same EV)
-    led.record(200, 1, 5, 0.1)  # psn 5 resent at ts 200 on EV 1
+    led.record(200, 1, 5, 0.1, "loss_cross_ev")  # psn 5 resent at ts 200 on EV 1 (rule B)
+    assert led.why(5) == "loss_cross_ev" and led.why(6) == ""
     assert led.get(100, 0) == [5, 6] and led.get(200, 1) == [5] and led.get(100, 1) == []
     assert not led.duplicate(5, 10_000)  # never acknowledged yet
     led.acked(5, 1000)  # first acknowledged by an ACK the receiver sent at 1000 ns
@@ -105,7 +106,7 @@ def test_ledger_names_copies_and_tells_duplicates_by_the_receivers_clock():
     led.resolve(100, 0, 5)
     assert led.get(100, 0) == [6]
     led.resolve(200, 1, 5)  # psn 5 named nowhere any more: its ACK time is forgotten
-    assert not led.duplicate(5, 5000)
+    assert not led.duplicate(5, 5000) and led.why(5) == ""
     led.record(300, 2, 9, 1.2)  # past the horizon: the entries of t = 0.0 expire
     assert led.get(100, 0) == [] and led.get(300, 2) == [9]
     small = RetxLedger(horizon=10.0, limit=2)
