@@ -196,6 +196,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from workloads.provenance import host_info, software_versions
+
+    host_before = host_info()  # the machine's speed before and after: see cpu_reference
+    res = _run_bench(args)
+    # which code on which machine: a bench's figures are comparable only with others
+    # measured on the same machine at the same speed
+    res["provenance"] = {"versions": software_versions(), "host_before": host_before,
+                         "host_after": host_info()}
+    if args.json:
+        print(json.dumps(res, indent=2))
+    return 0
+
+
+def _run_bench(args: argparse.Namespace) -> dict:
     if args.bench == "fabric":
         from emu.bench import bench_fabric
 
@@ -231,9 +245,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from emu.bench_failover import bench_failover
 
         res = bench_failover(say=_progress, bfd=_bfd(args))
-    if args.json:
-        print(json.dumps(res, indent=2))
-    return 0
+    return res
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

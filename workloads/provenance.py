@@ -11,11 +11,12 @@ import os
 import platform
 import socket
 import subprocess
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["host_info", "software_versions"]
+__all__ = ["cpu_reference", "host_info", "software_versions"]
 
 # The packages whose version can change a result (the project itself included).
 _PACKAGES = ("scaleacross-emu", "torch", "numpy", "matplotlib", "scikit-learn", "pyroute2",
@@ -49,6 +50,40 @@ def _git_commit() -> str | None:
 
 
 def host_info() -> dict[str, Any]:
-    """Hostname, kernel, machine and CPU count (where a result was measured)."""
+    """Hostname, kernel, machine, CPU count and model (where a result was measured), and
+    how fast its CPU ran Python then (``cpu_reference``)."""
     return {"hostname": socket.gethostname(), "kernel": platform.release(),
-            "machine": platform.machine(), "cpus": os.cpu_count()}
+            "machine": platform.machine(), "cpus": os.cpu_count(), "cpu_model": _cpu_model(),
+            "cpu_reference": cpu_reference()}
+
+
+def cpu_reference(loops: int = 100_000, tries: int = 3) -> dict[str, Any]:
+    """How fast this machine runs Python at this moment: the best of ``tries`` timings of
+    one fixed loop (ns per iteration; the best, so that the figure is the CPU's speed, not
+    the contention of the moment), and the 1-minute load average. A virtual machine's
+    CPUs change speed between runs (other tenants, the host's clock): CPU-bound figures
+    of two results whose references differ are not comparable."""
+    best = float("inf")
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        x = 0
+        for i in range(loops):
+            x += i & 7
+        best = min(best, time.perf_counter() - t0)
+    try:
+        load: float | None = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {"python_ns_per_iter": round(best / loops * 1e9, 2), "loadavg_1min": load}
+
+
+def _cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo), or None where it is not given."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None

@@ -48,6 +48,9 @@ def test_records_are_written_line_by_line_and_readable_while_open(tmp_path):
     assert [r["type"] for r in recs] == ["meta", "step"]
     meta, st = recs
     assert meta["label"] == "mrc" and meta["versions"]["python"] and meta["host"]["cpus"]
+    # how fast the machine ran Python when the run began: results taken on one machine
+    # at different speeds are told apart
+    assert meta["host"]["cpu_reference"]["python_ns_per_iter"] > 0
     assert "numpy" in meta["versions"] and "git" in meta["versions"]
     assert st["loss"] is None and st["lr"] == 0.5 and st["mode"] == "lr_scaled"
     assert st["rank"] == 1 and st["delivered"] == 0.97
@@ -298,3 +301,11 @@ def test_comparison_table():
     assert lines[3].split() == ["dblp_phase_aware", "dblp", "0", "-", "0.9", "no"]
     assert len({len(x) for x in lines[:2]}) == 1
     assert plots.comparison_table([]) == "(no results)"
+
+
+def test_cpu_reference_times_the_loop_it_names():
+    from workloads.provenance import cpu_reference
+
+    one = cpu_reference(loops=1000, tries=1)
+    assert one["python_ns_per_iter"] > 0
+    assert one["loadavg_1min"] is None or one["loadavg_1min"] >= 0
