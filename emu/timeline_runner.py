@@ -201,10 +201,18 @@ class TimelineRunner:
                              **armable.describe(), "error": repr(e)})
         self._armed.clear()
         for f, handle in reversed(list(self.active.items())):
+            # recorded like a scheduled restore, with what it measured: a burst that ran to
+            # the end reports its drops at the target here (or nowhere)
+            rec: dict = {"action": "restore_at_stop", **f.describe()}
             try:
-                f.restore(self.fab, handle)
+                measured = f.restore(self.fab, handle)
+                if isinstance(measured, dict):
+                    rec.update(measured)
             except Exception as e:  # noqa: BLE001 - teardown continues; the error is logged
-                self.record({"action": "restore_at_stop", **f.describe(), "error": repr(e)})
+                rec["error"] = repr(e)
+            if self.t0 is not None:
+                rec["fired"] = round(time.monotonic() - self.t0, 6)
+            self.record(rec)
         self.active.clear()
 
     def _run(self) -> None:

@@ -207,8 +207,12 @@ def test_events_by_step_fire_at_their_boundary():
     assert run.next_gate(3) == 5
     run.fire_due(5, 1.0)
     assert log[-1] == ("restore", "a") and run.next_gate(6) is None
-    run.stop()  # b is still active: restored at stop
-    assert log[-1] == ("restore", "b") and recs == fired + recs[2:] and len(recs) == 3
+    run.stop()  # b is still active: restored at stop, and that is recorded too
+    assert log[-1] == ("restore", "b") and recs[:2] == fired and len(recs) == 4
+    assert recs[2]["action"] == "restore" and recs[2]["name"] == "a"
+    at_stop = recs[3]
+    assert at_stop["action"] == "restore_at_stop" and at_stop["name"] == "b"
+    assert "error" not in at_stop and at_stop["fired"] >= recs[2]["fired"]
 
 
 def test_events_in_modelled_time_fire_at_the_first_boundary_past_them():
@@ -290,3 +294,24 @@ def test_armed_failures_on_the_wall_clock_start_on_their_scheduled_instant():
     assert [e[2] for e in fires] == [pytest.approx(t0 + 0.08, abs=1e-9)] * 2
     assert [e[0] for e in log] == ["arm", "arm", "fire", "fire", "apply", "apply", "restore",
                                    "restore"]
+
+
+@dataclass(frozen=True)
+class Measuring(Fake):
+    """A fake failure whose restore reports what it measured (as a microburst's drops)."""
+
+    def restore(self, fab, handle=None) -> dict:
+        self.log.append(("restore", self.name))
+        return {"target_drops": 7, "delay_only": False}
+
+
+def test_a_failure_active_at_the_end_reports_its_measurement_when_restored_at_stop():
+    log: list = []
+    recs: list = []
+    tl = Timeline((at_step(0, Measuring("burst", log)),))
+    run = TimelineRunner(SimpleNamespace(spec=SPEC), tl, recs.append, training=True)
+    run.start()
+    run.fire_due(0, 0.0)
+    run.stop()  # never restored by the timeline: the run's end restores it
+    assert [r["action"] for r in recs] == ["apply", "restore_at_stop"]
+    assert recs[1]["target_drops"] == 7 and recs[1]["delay_only"] is False
