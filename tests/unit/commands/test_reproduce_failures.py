@@ -15,6 +15,7 @@ from commands.reproduce.claim import ClaimContext, ClaimSpecError
 from commands.reproduce.failures_project import FullScale, project
 from commands.reproduce.failures_transfers import TransferRun
 from commands.reproduce.spec import CLAIMS_DIR, parse
+from emu.errors import EmuError
 from transports.bench import longest_stall
 
 FS = FullScale(rtt_s=8e-6, convergence_s=0.4, rto_s={"rc": 1.074, "tcp": 0.2},
@@ -188,3 +189,37 @@ def test_longest_stall_and_clipped_loss() -> None:
     assert longest_stall([(0.0, 0), (0.1, 10), (0.2, 10), (0.35, 10), (0.4, 20)]) == 0.25
     run = TransferRun("mrc", "gray", 0, 0.98, 1.0, 0.4, "l", 0.0)
     assert run.lost_s == 0.0 and run.record()["raw_difference_s"] == -0.02
+
+
+def _plan() -> Any:
+    from commands.reproduce.failures_transfers import TransferPlan
+
+    return TransferPlan(kinds=("link_cut",), systems=("rc",), size=1 << 20, outage_s=0.2,
+                        fire_at=0.4, gray_loss=0.03, flap_period_s=0.2, flap_duty=0.5)
+
+
+def test_a_failure_the_host_held_past_the_transfer_is_measured_again(monkeypatch) -> None:
+    from commands.reproduce import failures_transfers as ft
+
+    late = iter([True, True, False])  # held back twice, then on time
+    calls: list[str] = []
+
+    def fake_clean(fab, system, rep, plan):
+        return TransferRun(system, "clean", rep, 0.5, 0.5, None, "", 0.0)
+
+    def fake_through(fab, system, kind, rep, clean_s, plan):
+        calls.append(kind)
+        if next(late):
+            raise ft.FailureLate(f"{system} through {kind}: came after the transfer ended")
+        return TransferRun(system, kind, rep, 0.6, clean_s, 0.21, "p0l3-p0s0", 0.05)
+
+    monkeypatch.setattr(ft, "clean", fake_clean)
+    monkeypatch.setattr(ft, "through", fake_through)
+    said: list[str] = []
+    runs = ft.run_transfers_plan(None, _plan(), 1, said.append)  # type: ignore[arg-type]
+    assert [r.kind for r in runs] == ["clean", "link_cut"] and calls == ["link_cut"] * 3
+    assert sum("measured again" in m for m in said) == 2
+    # held back in every try: the claim stops and says why
+    late = iter([True] * ft.LATE_TRIES)
+    with pytest.raises(EmuError, match=f"in each of {ft.LATE_TRIES} tries"):
+        ft.run_transfers_plan(None, _plan(), 1, said.append)  # type: ignore[arg-type]
