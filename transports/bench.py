@@ -180,9 +180,9 @@ def permutation_target(fab: Fabric, size: int, say: Callable[[str], None],
         out[t] = {"runs": rows,
                   "fraction": summary([x["fraction"] for x in rows]),
                   "max_driver_share": summary([x["max_driver_share"] for x in rows]),
-                  "machine_busy": summary([x["machine_cpu"]["busy"] for x in rows])}
-        out[t]["machine_us_per_packet"] = summary([x.get("machine_us_per_packet")
-                                                   for x in rows])
+                  "machine_busy": summary([x["machine_cpu"]["busy"] for x in rows]),
+                  "machine_us_per_packet": summary([x.get("machine_us_per_packet")
+                                                    for x in rows])}
     out["kernel"] = {"runs": kernel,
                      "delivered_fraction": summary([k["delivered_fraction"] for k in kernel]),
                      "machine_us_per_packet": summary([k["machine_us_per_packet"]

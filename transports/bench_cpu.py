@@ -165,8 +165,6 @@ class MachineCpu:
 
     def __init__(self) -> None:
         self._t0: list[int] | None = None
-        self._wall0 = 0.0
-        self.result: dict | None = None
 
     @staticmethod
     def _read() -> list[int]:
@@ -176,21 +174,18 @@ class MachineCpu:
     def start(self, _t0: float | None = None) -> None:
         """Take the first sample (usable as a harness ``on_start`` callback)."""
         self._t0 = self._read()
-        self._wall0 = time.monotonic()
 
     def stop(self) -> dict:
-        """Take the second sample; the shares between the two, and the CPU seconds the
-        busy share stands for (``cpu_s``: busy x CPUs x the seconds between the two)."""
+        """Take the second sample; the shares between the two, and the busy CPU seconds
+        (``cpu_s``, every CPU together)."""
         if self._t0 is None:
             raise RuntimeError("MachineCpu.stop() before start()")
         d = [b - a for a, b in zip(self._t0, self._read(), strict=True)]
-        wall = time.monotonic() - self._wall0
         total = sum(d) or 1
-        busy = 1 - (d[3] + d[4]) / total
-        self.result = {"busy": round(busy, 3), "softirq": round(d[6] / total, 3),
-                       "steal": round(d[7] / total, 3), "seconds": round(wall, 3),
-                       "cpu_s": round(busy * (os.cpu_count() or 1) * wall, 3)}
-        return self.result
+        busy = total - d[3] - d[4]  # all but idle and iowait
+        return {"busy": round(busy / total, 3), "softirq": round(d[6] / total, 3),
+                "steal": round(d[7] / total, 3),
+                "cpu_s": round(busy / os.sysconf("SC_CLK_TCK"), 3)}
 
 
 def bare_permutation(fab: Fabric, transfers: Sequence[tuple[str, str]], payload: int,
@@ -202,6 +197,7 @@ def bare_permutation(fab: Fabric, transfers: Sequence[tuple[str, str]], payload:
     whole machine's CPU per delivered datagram, is the fabric's own cost, the floor
     under any transport's on this machine."""
     spec = fab.spec
+    assert isinstance(spec, MultiPlaneClos)  # the bench's fabric
     rxs: dict[str, socket.socket] = {}
     txs: list[tuple[socket.socket, tuple[str, int]]] = []
     got: dict[str, int] = {}
@@ -242,9 +238,8 @@ def bare_permutation(fab: Fabric, transfers: Sequence[tuple[str, str]], payload:
         threads = [threading.Thread(target=recv, args=(d,), daemon=True) for d in rxs]
         for th in threads:
             th.start()
-        assert isinstance(spec, MultiPlaneClos)  # the bench's fabric
-        rate = spec.host_link.rate_mbit * 1e6
-        gap = (payload + 14 + 40 + srh_len + 8) * 8 / rate  # Ethernet, IPv6, SRH, UDP
+        gap = (payload + 14 + 40 + srh_len + 8) * 8 / (spec.host_link.rate_mbit * 1e6)
+        # (Ethernet, IPv6, SRH, UDP: each NIC at its line rate)
         buf = bytes(payload)
         machine = MachineCpu()
         machine.start()
