@@ -13,6 +13,8 @@ a -> b crosses after its EV's own path, whatever its EV, as the egress port of t
 last switch in front of a host. Other traffic enters it (``port_burst``: bytes at
 a rate for a while, as microburst senders), so every EV of the connection meets the
 same queue: a common-mode delay spike, with tail drops once the buffer is full.
+A port may serve only some EVs (``evs``: one port per plane, each plane's NIC
+reaching the receiver through its own switch), so each plane queues on its own.
 
 ``run(until, stop)`` advances time: it calls each core's ``on_timer`` at its
 ``next_deadline``, delivers packets with ``on_packet``, sends what cores return
@@ -140,7 +142,9 @@ class FakeNet:
         self.log: list[Rec] = []
         self.done: dict[str, list[Completion]] = {}
         self.delivered: dict[tuple[str, str], list[int]] = {}  # payload bytes per EV
-        self.ports: dict[tuple[str, str], Port] = {}
+        self.ports: dict[tuple[str, str], Port] = {}  # the port every EV a -> b crosses
+        # (a, b) -> the port each EV a -> b crosses, one per plane (None: none)
+        self.ev_ports: dict[tuple[str, str], list[Port | None]] = {}
         self.stalls: dict[str, tuple[float, float, float]] = {}  # name -> start, every, length
         self._heap: list[tuple[float, int, int, _Event]] = []
         self._seq = 0
@@ -180,35 +184,55 @@ class FakeNet:
             self.paths[key][ev].dead.append((at, until))
 
     def port(self, a: str, b: str, rate: float, buffer: int = 1 << 20,
-             delay: float = 0.0) -> Port:
-        """Every datagram a -> b crosses one FIFO of ``rate`` bytes/s holding ``buffer``
-        bytes (then ``delay``) after its EV's path: the receiver's port."""
+             delay: float = 0.0, evs: Sequence[int] | None = None) -> Port:
+        """Every datagram a -> b (on ``evs`` only, if given: one plane's) crosses one FIFO of
+        ``rate`` bytes/s holding ``buffer`` bytes (then ``delay``) after its EV's path: the
+        receiver's port."""
         if (a, b) not in self.paths:
             raise ValueError(f"no connection {a!r} -> {b!r}: connect them first")
         if not rate > 0 or buffer < 1 or delay < 0:
             raise ValueError(f"port rate={rate!r} must be > 0 bytes/s, buffer={buffer!r} "
                              f">= 1 byte, delay={delay!r} >= 0 s")
-        p = self.ports[(a, b)] = Port(rate, buffer, delay)
+        p = Port(rate, buffer, delay)
+        if evs is None:
+            if (a, b) in self.ev_ports:
+                raise ValueError(f"{a!r} -> {b!r} has a port per plane already")
+            self.ports[(a, b)] = p
+            return p
+        n = len(self.paths[(a, b)])
+        if (a, b) in self.ports or not evs or any(not 0 <= ev < n for ev in evs):
+            raise ValueError(f"port evs={evs!r}: EVs of {a!r} -> {b!r} are 0..{n - 1}, each "
+                             f"crossing one port at most")
+        of = self.ev_ports.setdefault((a, b), [None] * n)
+        taken = [ev for ev in evs if of[ev] is not None]
+        if taken:
+            raise ValueError(f"EVs {taken} of {a!r} -> {b!r} cross a port already")
+        for ev in evs:
+            of[ev] = p
         return p
 
     def port_burst(self, a: str, b: str, at: float, until: float, rate: float,
-                   step: float = 50e-6) -> None:
-        """Other traffic at ``rate`` bytes/s enters the a -> b port during [at, until), in
-        slices of ``step`` seconds (what does not fit in its buffer is dropped)."""
-        port = self.ports.get((a, b))
+                   step: float = 50e-6, port: Port | None = None) -> None:
+        """Other traffic at ``rate`` bytes/s enters the a -> b port (``port``, if the
+        direction has one per plane) during [at, until), in slices of ``step`` seconds
+        (what does not fit in its buffer is dropped)."""
         if port is None:
-            raise ValueError(f"no port on {a!r} -> {b!r}: call port() first")
+            port = self.ports.get((a, b))
+        if port is None:
+            raise ValueError(f"no port on {a!r} -> {b!r}: call port() first (or pass the "
+                             f"plane's)")
         if not (rate > 0 and step > 0 and until > at):
             raise ValueError(f"port_burst needs rate > 0, step > 0 and until > at, not "
                              f"rate={rate!r}, step={step!r}, [{at!r}, {until!r})")
         n = int(round(rate * step))
+        target = port
 
         def slice_(t: float) -> None:
-            port.other_bytes += n
-            if port.enqueue(n, self.now) is None:  # the part that fits gets in
-                room = int(max(0.0, port.buffer - port.backlog(self.now)))
-                port.enqueue(room, self.now)
-                port.other_dropped += n - room
+            target.other_bytes += n
+            if target.enqueue(n, self.now) is None:  # the part that fits gets in
+                room = int(max(0.0, target.buffer - target.backlog(self.now)))
+                target.enqueue(room, self.now)
+                target.other_dropped += n - room
             if t + step < until:
                 self.at(t + step, lambda: slice_(t + step))
 
@@ -309,7 +333,11 @@ class FakeNet:
                 t += rng.random() * spec.jitter
             if spec.reorder and rng.random() < spec.reorder:
                 t += rng.random() * spec.reorder_delay
-            hop = 2 if (src, dst) in self.ports else 0  # to the receiver's port first
+            if (src, dst) in self.ports:  # to the receiver's port first
+                hop = 2
+            else:
+                ports = self.ev_ports.get((src, dst))
+                hop = 2 if ports is not None and ports[ev] is not None else 0
             self._push(t, hop, (rec, data))
             if spec.dup and rng.random() < spec.dup:
                 dup = Rec(now, src, dst, ev, rec.kind, rec.flags, rec.psn, size, "in_flight")
@@ -364,7 +392,10 @@ class FakeNet:
                 continue
             rec, data = item
             if kind == 2:  # at the receiver's port: queue (or drop), then deliver
-                port = self.ports[(rec.src, rec.dst)]
+                port = self.ports.get((rec.src, rec.dst))
+                if port is None:
+                    port = self.ev_ports[(rec.src, rec.dst)][rec.ev]
+                    assert port is not None
                 leave = port.enqueue(rec.size, t)
                 if leave is None:
                     rec.fate = "port_drop"

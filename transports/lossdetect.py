@@ -5,8 +5,9 @@ Loss detection (sprayed traffic reorders across paths, not within one):
      EV* has been acknowledged and it was sent more than ``reo_wnd`` earlier than
      that one, ``reo_wnd = max(reorder_min, reorder_frac * srtt(EV))``; a path is a
      FIFO, so this holds whatever the other paths' delays are;
-  B. across EVs: a packet is lost when a packet ``dupthresh`` transmissions later
-     (any EV) has been acknowledged *and* it has been out longer than its own EV's
+  B. across the EVs of one NIC (plane): a packet is lost when a packet ``dupthresh``
+     transmissions later on an EV of its NIC has been acknowledged *and* it has been
+     out longer than its own EV's
      loss bound ``max(srtt * (1 + reorder_frac) + reorder_min, srtt + 4 rttvar)`` (an
      RTO of that EV without the floor: a slow path is not blamed for being slower
      than a fast one) and than the RTT of the latest-sent packet acknowledged plus
@@ -17,7 +18,15 @@ Loss detection (sprayed traffic reorders across paths, not within one):
      bound and than that RTT plus the larger of ``reo_wnd`` and ``reorder_frac`` of
      that RTT, plus the ACK delay (one later transmission is weaker evidence, and a
      queue that grew meanwhile is no reordering), on an EV whose RTT is known. Without
-     it such a loss waited for the probe timeout and its probe's round trip, or an RTO;
+     it such a loss waited for the probe timeout and its probe's round trip, or an RTO.
+     Each plane is its own FIFO system (its NIC's queue, its switches, its port at the
+     receiver), so order across planes says nothing about loss: a microburst at the
+     receiver fills the two planes' ports out of step, tens of RTTs apart. When B's
+     evidence comes only from another plane, the packet is *suspected*: a plane probe
+     (``tx_plane_probe``: a PROBE with FLAG_TAIL, no payload) goes on its own EV, behind
+     it in every FIFO of its path, once per EV for all its packets out; the full ACK
+     answering it (``plane_probe_answered``) is a later transmission on that EV
+     acknowledged, so A judges every packet the probe followed;
   C. per packet RTO: the larger of ``srtt + 4 rttvar`` of the EV it was sent on and
      of all EVs together, within [floor, rto_max], doubled per RTO without progress
      (and then stretched by up to ``BACKOFF_JITTER`` at random, so that repeated
@@ -26,7 +35,13 @@ Loss detection (sprayed traffic reorders across paths, not within one):
      been acknowledged, restarted by every ACK of new data (RFC 6298: while that
      ACK clock runs, a queue ahead of the packet is still draining; once something
      sent after it is acknowledged, it is due from its send time again and its timer
-     is re-armed to that, so a lost tail does not wait an RTO after the last ACK). The floor is
+     is re-armed to that, so a lost tail does not wait an RTO after the last ACK). When
+     only another plane got something sent after it through, its expiry is no loss
+     yet: its plane may be queued (the two ports of a host fill out of step), so a
+     plane probe goes behind it and the RTO blames its path only once its plane has
+     been silent (no ACK of data sent on it) and that probe unanswered for an RTO: a
+     dead plane, not a queue (``rto_plane_suspect`` counts the expiries that waited).
+     The floor is
      ``max(rto_min, rto_min_rtts * base RTT)``, the base RTT being NSCC's
      (transports/rto.py): it scales with the path.
 A lost packet is retransmitted (same PSN, FLAG_RETX) on another EV than the one
@@ -155,6 +170,24 @@ class LossDetector:
         self.hi_rtt = 0.0  # ... and how long it took: what the fabric takes now (RACK)
         self.hi_acked_seq = [0] * evs
         self.hi_acked_sent = [-INF] * evs
+        # per NIC (plane): rule B's send order, latest-sent first transmission acknowledged
+        # and its RTT, the last ACK of data sent on it (whether the plane is silent)
+        self.nic_of = list(snd.nic_of) if snd.nic_of is not None else [0] * evs
+        nics = max(self.nic_of) + 1
+        self.multi_nic = nics > 1
+        # one plane: its order is the global one (no suspicion across planes)
+        self.nic_order: list[deque[tuple[int, int]]] = (
+            [deque() for _ in range(nics)] if self.multi_nic else [self.order])
+        self.nic_hi_seq = [0] * nics
+        self.nic_hi_rtt = [0.0] * nics
+        self.nic_progress = [-INF] * nics
+        # plane probes: the seq of the latest per EV (packets sent before it are behind
+        # it), EVs due for one, and those out: ts -> (seq, sent, EV)
+        self.plane_probe_seq = [0] * evs
+        self.plane_probe_open = [False] * evs  # ... unanswered
+        self.plane_probe_sent = [-INF] * evs
+        self.plane_probe_due: list[int] = []
+        self.plane_probes: dict[int, tuple[int, float, int]] = {}
         # psn -> (its EV, when that loss was declared, the window before a cut then)
         self.blame: dict[int, tuple[int, float, float | None]] = {}
         self.tail_due: list[int] = []  # PSNs of silent RTOs whose tail probe is due
@@ -188,6 +221,8 @@ class LossDetector:
         self.sent_at = now
         self.ev_q[p.ev].append((seq, psn))
         self.order.append((seq, psn))
+        if self.multi_nic:
+            self.nic_order[self.nic_of[p.ev]].append((seq, psn))
         heapq.heappush(self.rto_heap, (now + self.jittered(p.ev), seq, psn))
 
     def first_copy_acked(self, p: SentPacket, now: float) -> None:
@@ -198,6 +233,10 @@ class LossDetector:
             self.hi_acked_sent[ev] = p.sent
         if p.seq > self.hi_seq:
             self.hi_seq, self.hi_rtt = p.seq, now - p.sent
+        n = self.nic_of[ev]
+        self.nic_progress[n] = now
+        if p.seq > self.nic_hi_seq[n]:
+            self.nic_hi_seq[n], self.nic_hi_rtt[n] = p.seq, now - p.sent
 
     def progress(self, now: float) -> None:
         """An ACK acknowledged new data: the retry budget starts again."""
@@ -254,7 +293,13 @@ class LossDetector:
         self.tail_due.clear()
 
     def tail_answered(self, ts_echo: int, now: float) -> bool:
-        """Whether the ACK echoing ``ts_echo`` answers a tail probe (then acted on)."""
+        """Whether the ACK echoing ``ts_echo`` answers a tail or plane probe (then acted
+        on)."""
+        if self.plane_probes and ts_echo:
+            plane = self.plane_probes.pop(ts_echo, None)
+            if plane is not None:
+                self.plane_probe_answered(plane, now)
+                return True
         probe = self.tail_probes.pop(ts_echo, None) if self.tail_probes and ts_echo else None
         if probe is None:
             return False
@@ -265,12 +310,16 @@ class LossDetector:
         """The connection failed: no timer, no probe, nothing to undo."""
         self.tail_due.clear()
         self.tail_probes.clear()
+        self.plane_probe_due.clear()
+        self.plane_probes.clear()
         self.around.clear()
         self.probed.clear()
         self.rto_heap.clear()
         self.restarted.clear()
         self.order.clear()
         for q in self.ev_q:
+            q.clear()
+        for q in self.nic_order:
             q.clear()
         self.blame.clear()
 
@@ -358,9 +407,14 @@ class LossDetector:
                     self.restarted.append((seq, psn))
                 continue
             fired = True
-            if self.hi_seq > p.seq:  # something sent after it got through: its path lost it
+            if self.hi_seq > p.seq and self._plane_lost(p, now):
+                # something sent after it got through: its path lost it
                 self.lose(p, now, TIMEOUT, "loss_rto")
                 blamed.append(psn)
+            elif self.hi_seq > p.seq:  # only on another plane: its plane may be queued
+                self.stats["rto_plane_suspect"] += 1
+                self._suspect(p, now)
+                heapq.heappush(heap, (now + self.jittered(p.ev), seq, psn))
             else:  # silent since it was sent: probe behind it (common-mode delay?)
                 if not silent:  # one per round of silent RTOs (however many packets)
                     if self.snd.retxq:  # a known loss waiting for the window goes (ACKs lost?)
@@ -450,9 +504,13 @@ class LossDetector:
         for psn, p in named:
             if p is not None and psn not in inflight:  # this ACK acknowledged it: first in
                 self.ledger.resolve(ts, ev, psn)
-                if p.seq > self.hi_seq and ts == p.ts and ev == p.ev:
+                if ts == p.ts and ev == p.ev:
                     # its latest copy got through: evidence like a first transmission's
-                    self.hi_seq, self.hi_rtt = p.seq, now - p.sent
+                    if p.seq > self.hi_seq:
+                        self.hi_seq, self.hi_rtt = p.seq, now - p.sent
+                    n = self.nic_of[ev]
+                    if p.seq > self.nic_hi_seq[n]:
+                        self.nic_hi_seq[n], self.nic_hi_rtt[n] = p.seq, now - p.sent
                 return
         for psn, p in named:
             if p is None and self.ledger.duplicate(psn, ack_ts):  # a duplicate arrival
@@ -484,62 +542,159 @@ class LossDetector:
     def detect(self, now: float, touched: set[int]) -> None:
         if self.restarted:
             self.rearm_restarted()
-        for ev in touched:  # A: a later packet on the same (FIFO) path got through
-            q = self.ev_q[ev]
-            hi = self.hi_acked_seq[ev]
-            lim = self.hi_acked_sent[ev] - self._reo_wnd(ev)
-            while (p := self.live_head(q)) is not None and p.seq < hi and p.sent <= lim:
-                q.popleft()
-                self.lose(p, now, NACK, "loss_same_ev")
-        q = self.order  # B: dupthresh later transmissions acked and older than its path RTT
+        for ev in touched:
+            self._same_ev(ev, now)
+        if not self.srtt.srtt:
+            return
         dupthresh = self.cfg.dupthresh
-        while (p := self.live_head(q)) is not None:
-            if not (self.hi_seq - p.seq >= dupthresh and self.srtt.srtt
-                    and self._condemned(p, now)):
-                break
+        # B: dupthresh later transmissions on its plane acked, and older than its path RTT
+        for n, q in enumerate(self.nic_order):
+            hi, hi_rtt = self.nic_hi_seq[n], self.nic_hi_rtt[n]
+            while (p := self.live_head(q)) is not None:
+                if not (hi - p.seq >= dupthresh and self._condemned(p, now, hi, hi_rtt)):
+                    break
+                q.popleft()
+                self.lose(p, now, NACK, "loss_cross_ev")
+        if self.multi_nic:  # B's timing on another plane's evidence: suspected, probed
+            q, hi, hi_rtt = self.order, self.hi_seq, self.hi_rtt
+            while (p := self.live_head(q)) is not None:
+                if not (hi - p.seq >= dupthresh and self._condemned(p, now, hi, hi_rtt)):
+                    break
+                q.popleft()
+                self._suspect(p, now)
+
+    def _same_ev(self, ev: int, now: float) -> None:
+        """A: a later packet on the same (FIFO) path got through."""
+        q = self.ev_q[ev]
+        hi = self.hi_acked_seq[ev]
+        lim = self.hi_acked_sent[ev] - self._reo_wnd(ev)
+        while (p := self.live_head(q)) is not None and p.seq < hi and p.sent <= lim:
             q.popleft()
-            self.lose(p, now, NACK, "loss_cross_ev")
+            self.lose(p, now, NACK, "loss_same_ev")
+
+    def _suspect(self, p: SentPacket, now: float) -> None:
+        """Only another plane's ACKs condemn ``p``: a plane probe goes behind it on its EV
+        (unless one sent after it is out already)."""
+        self.stats["plane_suspect"] += 1
+        ev = p.ev
+        if not (self.plane_probe_open[ev] and self.plane_probe_seq[ev] > p.seq):
+            self.plane_probe_seq[ev] = self.snd.tx_seq + 1  # at most the probe's seq
+            self.plane_probe_open[ev] = True
+            self.plane_probe_sent[ev] = now
+            self.plane_probe_due.append(ev)
+
+    def _plane_lost(self, p: SentPacket, now: float) -> bool:
+        """Whether the RTO of ``p``, something sent after it having been acknowledged, is
+        a loss on its path: with one plane, or on its own plane's evidence, yes; on
+        another plane's only, when its plane has been silent for the RTO (no ACK of its
+        data) and a plane probe sent after it has gone unanswered as long (a dead path,
+        not a queue)."""
+        ev = p.ev
+        n = self.nic_of[ev]
+        if not self.multi_nic or self.nic_hi_seq[n] > p.seq:
+            return True
+        rto = self.rto(ev)
+        return (self.plane_probe_open[ev] and self.plane_probe_seq[ev] > p.seq
+                and now - self.plane_probe_sent[ev] >= rto
+                and now - self.nic_progress[n] >= rto)
+
+    def send_plane_probes(self, now: float, out: list[Tx]) -> None:
+        """The plane probes due: each a transmission (its own ``seq`` and unique ``ts``)
+        on its EV, queued as data behind that EV's packets, answered at once by a full
+        ACK echoing its ``ts``."""
+        snd, probes = self.snd, self.plane_probes
+        for ev in self.plane_probe_due:
+            seq, ts = snd.stamp(now)
+            self.plane_probe_seq[ev] = seq
+            buf = bytearray(HEADER_LEN)
+            pack_header(buf, PROBE, FLAG_ACK_REQ | FLAG_TAIL, self.conn, 0, 0, 0, 0, ev, 0, ts)
+            out.append((ev, buf))
+            probes[ts] = (seq, now, ev)
+            self.stats["tx_plane_probe"] += 1
+        self.plane_probe_due.clear()
+        while len(probes) > MAX_TAIL_PROBES:  # unanswered ones (lost, or the path died)
+            del probes[next(iter(probes))]
+
+    def plane_probe_answered(self, probe: tuple[int, float, int], now: float) -> None:
+        """The full ACK answering a plane probe has been processed: the probe, sent after
+        every packet out on its EV, got through, so A condemns those still missing (as
+        would a later first transmission acknowledged on that EV)."""
+        seq, sent, ev = probe
+        self.stats["plane_probe_answered"] += 1
+        if seq == self.plane_probe_seq[ev]:
+            self.plane_probe_open[ev] = False
+        if seq > self.hi_acked_seq[ev]:
+            self.hi_acked_seq[ev], self.hi_acked_sent[ev] = seq, sent
+        n = self.nic_of[ev]
+        if seq > self.nic_hi_seq[n]:
+            self.nic_hi_seq[n], self.nic_hi_rtt[n] = seq, now - sent
+        if seq > self.hi_seq:
+            self.hi_seq, self.hi_rtt = seq, now - sent
+        self._same_ev(ev, now)
 
     def _reorder_expired(self, now: float) -> None:
-        """The reorder timer: the oldest packets out that it condemns are lost (rule B)."""
-        while self.reorder_deadline() <= now + 1e-9:  # (rounding of the deadline)
-            _, psn = self.order.popleft()  # the live head the deadline was taken from
-            self.lose(self.inflight[psn], now, NACK, "loss_reorder")
+        """The reorder timer: the oldest packets out that it condemns are lost (rule B),
+        or, on another plane's evidence only, suspected."""
+        while True:
+            due, n = self._reorder_next()
+            if due > now + 1e-9:  # (rounding of the deadline)
+                return
+            if n >= 0:  # the live head the deadline was taken from
+                _, psn = self.nic_order[n].popleft()
+                self.lose(self.inflight[psn], now, NACK, "loss_reorder")
+            else:
+                _, psn = self.order.popleft()
+                self._suspect(self.inflight[psn], now)
 
     def reorder_deadline(self) -> float:
-        """When rule B's timing will condemn the oldest packet out, fewer than
-        ``dupthresh`` later transmissions having been acknowledged (RACK's reorder timer,
-        RFC 8985): without it a packet that only a short tail followed, say the first of
-        a two-packet message, would wait for a probe timeout and its probe's round trip,
-        or for its RTO (INF: nothing to wait for). A packet is judged only on a path
-        whose RTT is known: before that, a longer path would read as a loss."""
+        """When rule B's timing will condemn (or suspect) the oldest packet out, fewer
+        than ``dupthresh`` later transmissions having been acknowledged (RACK's reorder
+        timer, RFC 8985): without it a packet that only a short tail followed, say the
+        first of a two-packet message, would wait for a probe timeout and its probe's
+        round trip, or for its RTO (INF: nothing to wait for). A packet is judged only on
+        a path whose RTT is known: before that, a longer path would read as a loss."""
+        return self._reorder_next()[0]
+
+    def _reorder_next(self) -> tuple[float, int]:
+        """The reorder timer's next deadline and whose it is: a NIC's (its oldest packet
+        out, on that plane's evidence), or -1 (the oldest of all, on any plane's)."""
         if not self.cfg.reorder_timer:
-            return INF
-        p = self.live_head(self.order)
-        if p is None or p.seq >= self.hi_seq or not self.rtt[p.ev].srtt:
-            return INF
-        return self._reorder_due(p)
+            return INF, 0
+        best, which = INF, 0
+        for n, q in enumerate(self.nic_order):
+            p = self.live_head(q)
+            if p is not None and p.seq < self.nic_hi_seq[n] and self.rtt[p.ev].srtt:
+                due = self._reorder_due(p, self.nic_hi_rtt[n])
+                if due < best:
+                    best, which = due, n
+        if self.multi_nic:
+            p = self.live_head(self.order)
+            if p is not None and p.seq < self.hi_seq and self.rtt[p.ev].srtt:
+                due = self._reorder_due(p, self.hi_rtt)
+                if due < best:
+                    best, which = due, -1
+        return best, which
 
     def _reo_wnd(self, ev: int) -> float:
         cfg = self.cfg
         return max(cfg.reorder_min, cfg.reorder_frac * self.rtt[ev].srtt)
 
-    def _condemned(self, p: SentPacket, now: float) -> bool:
-        """Rule B's timing: sent before the latest-sent transmission acknowledged, ``p`` has
-        been out longer than its EV's loss bound and than that transmission's RTT plus the
-        EV's ``reo_wnd`` (RACK: under a queue every EV shares, the RTT it just took)."""
+    def _condemned(self, p: SentPacket, now: float, hi_seq: int, hi_rtt: float) -> bool:
+        """Rule B's timing: sent before the latest-sent transmission acknowledged (seq
+        ``hi_seq``, of its plane or of all), ``p`` has been out longer than its EV's loss
+        bound and than that transmission's RTT (``hi_rtt``) plus the EV's ``reo_wnd``
+        (RACK: under a queue every EV shares, the RTT it just took)."""
         age = now - p.sent
-        return (p.seq < self.hi_seq and age > self._loss_bound(p.ev)
-                and age > self.hi_rtt + self._reo_wnd(p.ev))
+        return (p.seq < hi_seq and age > self._loss_bound(p.ev)
+                and age > hi_rtt + self._reo_wnd(p.ev))
 
-    def _reorder_due(self, p: SentPacket) -> float:
+    def _reorder_due(self, p: SentPacket, hi_rtt: float) -> float:
         """When the reorder timer condemns ``p``: rule B's timing, with the reorder window
         at least the same fraction of the RTT the later transmission took (a queue that
         grew meanwhile is not reordering) plus the receiver's ACK delay, since a single
         later transmission is weaker evidence than ``dupthresh`` of them."""
         cfg, ev = self.cfg, p.ev
-        behind = (self.hi_rtt + max(self._reo_wnd(ev), cfg.reorder_frac * self.hi_rtt)
-                  + cfg.ack_delay)
+        behind = hi_rtt + max(self._reo_wnd(ev), cfg.reorder_frac * hi_rtt) + cfg.ack_delay
         return p.sent + max(self._loss_bound(ev), behind)
 
     def on_tail_answer(self, probe: tuple[int, float, int, bool], now: float) -> None:
@@ -563,6 +718,10 @@ class LossDetector:
             return
         if seq > self.hi_seq:
             self.hi_seq, self.hi_rtt = seq, now - sent
+        if p is not None and ordered:  # behind it on its path, so on its plane
+            n = self.nic_of[p.ev]
+            if seq > self.nic_hi_seq[n]:
+                self.nic_hi_seq[n], self.nic_hi_rtt[n] = seq, now - sent
         if p is not None and not p.lost and p.seq < seq:
             self.lose(p, now, NACK, "loss_tail_probe")
 
@@ -614,13 +773,15 @@ class LossDetector:
         lost too, so a dead path does not hold the window until each times out."""
         inflight = self.inflight
         q = self.ev_q[ev]
+        n = self.nic_of[ev]
+        hi, hi_rtt = self.nic_hi_seq[n], self.nic_hi_rtt[n]
         keep: deque[tuple[int, int]] = deque()
         while q:
             seq, psn = q.popleft()
             p = inflight.get(psn)
             if p is None or p.seq != seq or p.lost:
                 continue
-            if not everything and not self._condemned(p, now):
+            if not everything and not self._condemned(p, now, hi, hi_rtt):
                 keep.append((seq, psn))
                 continue
             self.snd.requeue(p, "loss_ev_flush")

@@ -31,9 +31,10 @@ on**: the driver must map EV i to the same path (plane, spines) in both
 directions, so that a probe answered proves the path round trip.
 
 Loss detection, blame and timeouts (transports/lossdetect.py): A (a later packet on
-the same EV acknowledged), B (``dupthresh`` later transmissions acknowledged, with
-RACK timing; or any later one, on a reorder timer), C (per-packet RTO, with a floor
-in RTTs). A loss is blamed on its EV (which is retired) only when a transmission
+the same EV acknowledged), B (``dupthresh`` later transmissions on the same plane
+acknowledged, with RACK timing; or any later one, on a reorder timer; on another
+plane's evidence only, a plane probe behind the packet on its EV), C (per-packet RTO,
+with a floor in RTTs). A loss is blamed on its EV (which is retired) only when a transmission
 sent after it got through; an RTO without that evidence is *silent*: nothing is
 resent yet, a tail probe (a PROBE with FLAG_TAIL, queued as data) goes after the
 packet on its own EV (so through the
@@ -255,6 +256,8 @@ class MrcCore(MessageCore):
             return out
         if self.loss.tail_due:
             self.loss.send_tail_probes(now, out)
+        if self.loss.plane_probe_due:
+            self.loss.send_plane_probes(now, out)
         self._send_probes(now, out)
         self._pump(now, out)
         return out
@@ -384,6 +387,8 @@ class MrcCore(MessageCore):
             snd.congested[ev] = rtt > max(self.cc.rtt_ref(ev), srtt.srtt + srtt.rttvar)
         if touched or tail:
             loss.detect(now, touched)
+            if loss.plane_probe_due:
+                loss.send_plane_probes(now, out)
         self._pump(now, out)
 
     def _on_nack(self, h: wire.Header, now: float, out: list[Tx]) -> None:

@@ -113,6 +113,28 @@ def test_port_burst_queues_every_ev_then_drops_at_the_buffer():
     assert port.other_bytes == 12_000 and port.other_dropped == 3000
 
 
+def test_a_port_per_plane_queues_only_its_evs():
+    # EVs 0 and 1 on plane 0, EV 2 on plane 1; a burst fills plane 0's port only
+    a, b = Echo(), Echo()
+    net = FakeNet(6)
+    net.connect("a", a, "b", b, [PathSpec(delay=1e-3)] * 3)
+    p0 = net.port("a", "b", rate=1e6, buffer=5000, evs=[0, 1])
+    p1 = net.port("a", "b", rate=1e6, buffer=5000, evs=[2])
+    net.port_burst("a", "b", 0.5e-3, 0.5e-3 + 1e-6, rate=4000 / 1e-6, step=1e-6, port=p0)
+    net.send("a", [(0, _pkt(0)), (2, _pkt(2))])  # both reach their ports at 1 ms
+    net.run(1.0)
+    # plane 0: behind 3500 queued bytes, leaves at 5.5 ms; plane 1: an empty port, 2 ms
+    assert sorted((round(t, 6), wire.HEADER.unpack_from(d)[4]) for t, d in b.got) == [
+        (0.002, 2), (0.0055, 0)]
+    assert p0.other_bytes == 4000 and p1.other_bytes == 0
+    with pytest.raises(ValueError, match="cross a port already"):
+        net.port("a", "b", rate=1e6, evs=[1])
+    with pytest.raises(ValueError, match=r"evs=\[3\]: EVs of 'b' -> 'a' are 0..2"):
+        net.port("b", "a", rate=1e6, evs=[3])
+    with pytest.raises(ValueError, match="per plane already"):
+        net.port("a", "b", rate=1e6)
+
+
 def test_port_errors_name_what_is_wrong():
     net = FakeNet(5)
     net.connect("a", Echo(), "b", Echo(), [PathSpec()])
