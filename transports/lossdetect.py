@@ -407,14 +407,14 @@ class LossDetector:
                     self.restarted.append((seq, psn))
                 continue
             fired = True
-            if self.hi_seq > p.seq and self._plane_lost(p, now):
-                # something sent after it got through: its path lost it
-                self.lose(p, now, TIMEOUT, "loss_rto")
-                blamed.append(psn)
-            elif self.hi_seq > p.seq:  # only on another plane: its plane may be queued
-                self.stats["rto_plane_suspect"] += 1
-                self._suspect(p, now)
-                heapq.heappush(heap, (now + self.jittered(p.ev), seq, psn))
+            if self.hi_seq > p.seq:  # something sent after it got through
+                if self._plane_lost(p, now):  # its path lost it
+                    self.lose(p, now, TIMEOUT, "loss_rto")
+                    blamed.append(psn)
+                else:  # only on another plane: its plane may be queued
+                    self.stats["rto_plane_suspect"] += 1
+                    self._suspect(p, now)
+                    heapq.heappush(heap, (now + self.jittered(p.ev), seq, psn))
             else:  # silent since it was sent: probe behind it (common-mode delay?)
                 if not silent:  # one per round of silent RTOs (however many packets)
                     if self.snd.retxq:  # a known loss waiting for the window goes (ACKs lost?)
@@ -506,11 +506,7 @@ class LossDetector:
                 self.ledger.resolve(ts, ev, psn)
                 if ts == p.ts and ev == p.ev:
                     # its latest copy got through: evidence like a first transmission's
-                    if p.seq > self.hi_seq:
-                        self.hi_seq, self.hi_rtt = p.seq, now - p.sent
-                    n = self.nic_of[ev]
-                    if p.seq > self.nic_hi_seq[n]:
-                        self.nic_hi_seq[n], self.nic_hi_rtt[n] = p.seq, now - p.sent
+                    self._got_through(p.seq, p.sent, now, ev)
                 return
         for psn, p in named:
             if p is None and self.ledger.duplicate(psn, ack_ts):  # a duplicate arrival
@@ -546,22 +542,28 @@ class LossDetector:
             self._same_ev(ev, now)
         if not self.srtt.srtt:
             return
-        dupthresh = self.cfg.dupthresh
         # B: dupthresh later transmissions on its plane acked, and older than its path RTT
         for n, q in enumerate(self.nic_order):
             hi, hi_rtt = self.nic_hi_seq[n], self.nic_hi_rtt[n]
-            while (p := self.live_head(q)) is not None:
-                if not (hi - p.seq >= dupthresh and self._condemned(p, now, hi, hi_rtt)):
-                    break
-                q.popleft()
+            while (p := self._pop_condemned(q, hi, hi_rtt, now)) is not None:
                 self.lose(p, now, NACK, "loss_cross_ev")
         if self.multi_nic:  # B's timing on another plane's evidence: suspected, probed
             q, hi, hi_rtt = self.order, self.hi_seq, self.hi_rtt
-            while (p := self.live_head(q)) is not None:
-                if not (hi - p.seq >= dupthresh and self._condemned(p, now, hi, hi_rtt)):
-                    break
-                q.popleft()
+            while (p := self._pop_condemned(q, hi, hi_rtt, now)) is not None:
                 self._suspect(p, now)
+
+    def _pop_condemned(self, q: deque[tuple[int, int]], hi: int, hi_rtt: float,
+                       now: float) -> SentPacket | None:
+        """The oldest packet of send order ``q``, taken out of it, if ``dupthresh`` later
+        transmissions (up to seq ``hi``, the latest of RTT ``hi_rtt``) and rule B's timing
+        condemn it; None otherwise."""
+        p = self.live_head(q)
+        if p is None or hi - p.seq < self.cfg.dupthresh:
+            return None
+        if not self._condemned(p, now, hi, hi_rtt):
+            return None
+        q.popleft()
+        return p
 
     def _same_ev(self, ev: int, now: float) -> None:
         """A: a later packet on the same (FIFO) path got through."""
@@ -625,12 +627,19 @@ class LossDetector:
             self.plane_probe_open[ev] = False
         if seq > self.hi_acked_seq[ev]:
             self.hi_acked_seq[ev], self.hi_acked_sent[ev] = seq, sent
-        n = self.nic_of[ev]
-        if seq > self.nic_hi_seq[n]:
-            self.nic_hi_seq[n], self.nic_hi_rtt[n] = seq, now - sent
+        self._got_through(seq, sent, now, ev)
+        self._same_ev(ev, now)
+
+    def _got_through(self, seq: int, sent: float, now: float, ev: int | None) -> None:
+        """Transmission ``seq`` (sent at ``sent``) is known delivered, on EV ``ev`` (None:
+        a path unknown): evidence for rule B, of all planes and of its own. (A first
+        copy's, the common case, is taken inline in ``first_copy_acked``.)"""
         if seq > self.hi_seq:
             self.hi_seq, self.hi_rtt = seq, now - sent
-        self._same_ev(ev, now)
+        if ev is not None:
+            n = self.nic_of[ev]
+            if seq > self.nic_hi_seq[n]:
+                self.nic_hi_seq[n], self.nic_hi_rtt[n] = seq, now - sent
 
     def _reorder_expired(self, now: float) -> None:
         """The reorder timer: the oldest packets out that it condemns are lost (rule B),
@@ -716,12 +725,8 @@ class LossDetector:
             while len(self.around) > MAX_TAIL_PROBES:
                 del self.around[next(iter(self.around))]
             return
-        if seq > self.hi_seq:
-            self.hi_seq, self.hi_rtt = seq, now - sent
-        if p is not None and ordered:  # behind it on its path, so on its plane
-            n = self.nic_of[p.ev]
-            if seq > self.nic_hi_seq[n]:
-                self.nic_hi_seq[n], self.nic_hi_rtt[n] = seq, now - sent
+        # behind it on its path, so on its plane
+        self._got_through(seq, sent, now, p.ev if p is not None and ordered else None)
         if p is not None and not p.lost and p.seq < seq:
             self.lose(p, now, NACK, "loss_tail_probe")
 
