@@ -205,6 +205,9 @@ class Fabric:
             k.refresh_ifindex()
             specs = {i.ifname: i.link.spec for i in plan.interfaces}
             k.apply(plan, specs, spec.mtu, netem.get(name))
+        for name, plan in self.plans.items():
+            # Every port is up at both ends now: the local routes follow shortly.
+            self.kernels[name].wait_addresses_local(plan)
         t3 = time.monotonic()
         if self.control_plane == "bgp":
             self._start_frr()

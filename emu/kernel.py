@@ -31,6 +31,9 @@ from topologies.routing import MAIN_TABLE, NodePlan, Route
 NUD_PERMANENT = 0x80
 IF_READY = 0x80000000  # IFLA_INET6_FLAGS: IPv6 found the link oper-up with a live qdisc
 PORT_READY_TIMEOUT_S = 10.0
+ADDRESS_READY_TIMEOUT_S = 10.0
+RTN_LOCAL = 2
+LOCAL_TABLE = 255
 HTB_ROOT = 0x10000  # 1:
 HTB_CLASS = 0x10001  # 1:1   the link rate
 HTB_CTRL = 0x10010  # 1:10  control traffic (ACKs, NACKs, probes): served first
@@ -183,6 +186,10 @@ class NodeKernel:
 
     # -- run-time changes (failures and impairments) ---------------------------------------
 
+    def wait_addresses_local(self, plan: NodePlan) -> None:
+        """Return once every address of ``plan`` is delivered here (see the function)."""
+        wait_addresses_local(self.ipr, plan_addresses(plan), self.name)
+
     def set_port_up(self, ifname: str, up: bool) -> None:
         """Admin state of one interface (down: a cut cable as the kernel sees it)."""
         self.ipr.link("set", index=self.ifindex[ifname], state="up" if up else "down")
@@ -267,6 +274,37 @@ class NodeKernel:
                                   for nh in route.nexthops]
         ipr.route(cmd, dst=str(route.dst.network_address), dst_len=route.dst.prefixlen,
                   **extra)
+
+
+def plan_addresses(plan: NodePlan) -> list[str]:
+    """Every address ``apply`` gives the node of ``plan``: loopback, plane sources, ports."""
+    lo = ((plan.loopback,) if plan.loopback is not None else ()) + plan.plane_addresses
+    return [str(a.ip) for a in lo] + [str(i.address.ip) for i in plan.interfaces]
+
+
+def wait_addresses_local(ipr: IPRoute, addresses: list[str], where: str,
+                         timeout: float = ADDRESS_READY_TIMEOUT_S) -> None:
+    """Return once every one of ``addresses`` (just added) has its local route.
+
+    The kernel acknowledges an address before that route exists: even without DAD
+    it goes in from the address-configuration work queue, a moment later (longer on
+    a busy machine), and only once the port is up with carrier. A datagram to the
+    address meanwhile meets only the prefix route and is dropped as not ours
+    (Ip6InAddrErrors). Call it after both ends of every link are up. ``timeout``
+    scales with ``SAE_TIMEOUT_SCALE``.
+    """
+    deadline = time.monotonic() + scaled(timeout)
+    while True:
+        local = {r.get_attr("RTA_DST") for r in ipr.get_routes(family=socket.AF_INET6,
+                                                               table=LOCAL_TABLE)
+                 if r["type"] == RTN_LOCAL}
+        missing = [a for a in addresses if a not in local]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise EmuError(f"{where}: address {missing[0]} (and {len(missing) - 1} more) has "
+                           f"no local route {describe(timeout)} after it was added")
+        time.sleep(0.001)
 
 
 def _inet6_flags(link: Any) -> int:

@@ -31,7 +31,7 @@ from pyroute2.netlink.rtnl.ifaddrmsg import IFA_F_NODAD
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_MULTICAST, IFF_NOARP, IFF_UP
 
 from emu.delayline import DelayLine
-from emu.kernel import NUD_PERMANENT, set_egress_queue
+from emu.kernel import NUD_PERMANENT, set_egress_queue, wait_addresses_local
 from emu.netns import entered, ns_inode, write_sysctl
 from topologies import LinkSpec
 
@@ -93,6 +93,7 @@ def configure_tap(ns: Namespace, ifname: str, mac: str, addr: str, peer: str, pe
         ipr.neigh("add", dst=peer, lladdr=peer_mac, ifindex=idx, state=NUD_PERMANENT)
         if rate_mbit is not None:
             set_egress_queue(ipr, idx, LinkSpec(rate_mbit, queue), MTU)
+        wait_addresses_local(ipr, [addr], ifname)
 
 
 def namespace_pair() -> Iterator[tuple[Namespace, Namespace]]:

@@ -9,8 +9,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from pyroute2 import IPRoute
 
 from emu.delayline import DelayLine
+from emu.kernel import RTN_LOCAL
+from emu.netns import entered
 
 from .delayline_rig import (
     ADDR_A,
@@ -96,3 +99,24 @@ def test_loss_is_reproducible(pair: tuple[Namespace, Namespace]) -> None:
     assert first == again
     assert first != other
     assert 60 < len(first) < 140
+
+
+def test_first_datagram_arrives(pair: tuple[Namespace, Namespace]) -> None:
+    """A line is ready when open_line returns: B's address already has its local route
+    (the kernel installs it from a work queue after acknowledging the address; a
+    datagram that beat it would be dropped as not B's, Ip6InAddrErrors)."""
+    a, b = pair
+    for attempt in range(30):
+        line = open_line(pair, 0.0)
+        rx = udp(b, ADDR_B, PROBE_PORT)
+        tx = udp(a, ADDR_A)
+        try:
+            with entered(b.fd), IPRoute() as ipr:
+                assert ipr.route("get", dst=ADDR_B)[0]["type"] == RTN_LOCAL, attempt
+            tx.sendto(struct.pack("!I", attempt), (ADDR_B, PROBE_PORT))
+            rx.settimeout(5.0)
+            assert struct.unpack("!I", rx.recv(64))[0] == attempt
+        finally:
+            rx.close()
+            tx.close()
+            line.stop()
