@@ -229,6 +229,10 @@ def _run_bench(args: argparse.Namespace) -> dict:
 
         res = bench_transport(say=_progress, quick=args.quick)
         res["allreduce"] = bench_allreduce_fabric(say=_progress, quick=args.quick)
+    elif args.bench == "bursts":
+        from transports.bench_bursts import bench_bursts
+
+        res = bench_bursts(say=_progress, quick=args.quick)
     elif args.bench == "robustness":
         from transports.bench_robustness import bench_robustness
 
@@ -363,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench("training", "digits CNN over MRC, RC and gloo: healthy, link cut, microbursts; "
           "DBLP vs MRC time to target loss under bursts", "fewer steps").add_argument(
         "--out", help="results directory (default results/bench-training-TIME)")
+    bench("bursts", "MRC vs RC through microbursts onto the receiver's host ports, on the "
+          "fake network: worst and mean step over many burst phases (no root)",
+          "8 phases per message size instead of 30")
     bench("robustness", "hostile datagrams a receiver absorbs while a transfer keeps 90 %% "
           "of its goodput, drivers' memory under a flapping and a gray link, the largest "
           "fabric this machine builds", "fewer kinds, rates and sizes")
