@@ -6,9 +6,10 @@ worst burst step is one sample of an extreme that also carries the host's noise.
 This bench runs the transports' own logic through the demo's burst geometry many
 times over, so that the comparison has a distribution:
 
-- the receiver's two ports (one per plane) drain 100 Mbit/s into FIFOs of 100 frames
-  of 8102 bytes; during a burst three sources at line rate enter each port (both
-  planes at one instant, as the demo arms them), 50 ms every 200 ms;
+- the receiver's two ports (one per plane) drain 100 Mbit/s from FIFOs that hold 100
+  datagrams whatever their size (the fabric's pfifo: a probe takes a slot as a full
+  frame does); during a burst three sources at line rate enter each port with 8102-byte
+  frames (both planes at one instant, as the demo arms them), 50 ms every 200 ms;
 - a training step is a ring all-reduce's six sequential messages into the receiver
   (each must arrive before the next is posted), then 40 ms of compute;
 - MRC sprays 8 EVs over both planes; RC is one QP on plane 0 (the default AIMD
@@ -96,15 +97,16 @@ def _pair(kind: str, net: FakeNet, seed: int, bench: BurstBench) -> tuple[Messag
     knobs); the receiver's ports."""
     if kind not in TRANSPORTS:
         raise ValueError(f"transport {kind!r}: the bench compares {' and '.join(TRANSPORTS)}")
-    buffer = bench.queue_frames * bench.frame_bytes
+    # The fabric's port FIFOs count packets (pfifo): a probe takes a slot as a frame does.
+    buffer, frames = 1 << 30, bench.queue_frames
     nics = list(NICS) if kind == "mrc" else [0]  # RC: one QP, on plane 0
     a, b = (make_core(kind, 7, len(nics), DEFAULT_CONFIG[kind], seed * 2 + end, nics=nics)
             for end in (1, 2))
     assert isinstance(a, MessageCore)  # MRC and RC both are: their counters are read
     net.connect("a", a, "b", b, [PathSpec(delay=bench.one_way_s)] * len(nics))
     if kind == "rc":
-        return a, [net.port("a", "b", rate=bench.port_rate, buffer=buffer)]
-    return a, [net.port("a", "b", rate=bench.port_rate, buffer=buffer,
+        return a, [net.port("a", "b", rate=bench.port_rate, buffer=buffer, frames=frames)]
+    return a, [net.port("a", "b", rate=bench.port_rate, buffer=buffer, frames=frames,
                         evs=[ev for ev, nic in enumerate(nics) if nic == plane])
                for plane in (0, 1)]
 
@@ -126,7 +128,7 @@ def run_phase(kind: str, size: int, phase: float, seed: int,
         for k in range(bench.bursts):
             at = start + k * bench.every_s
             net.port_burst("a", "b", at, at + bench.on_s, rate=bench.sources * bench.port_rate,
-                           port=port)
+                           port=port, frame=bench.frame_bytes)
     rnd = random.Random(seed)
     steps: list[tuple[float, float]] = []  # (start, duration)
     msg = 0
@@ -151,6 +153,8 @@ def run_phase(kind: str, size: int, phase: float, seed: int,
         "data_dropped": sum(p.dropped for p in ports),
         "burst_dropped": [p.other_dropped for p in ports],
         "retx": a.stats.get("tx_retx", 0), "spurious": a.stats.get("tx_retx_spurious", 0),
+        # probes queue in the ports' data FIFOs, a slot each
+        "probes": a.stats.get("tx_tail_probe", 0) + a.stats.get("tx_plane_probe", 0),
     }
 
 
@@ -180,6 +184,7 @@ def bench_size(size: int, bench: BurstBench, say: Callable[[str], None]) -> dict
             "mean_s": _spread([r["mean_s"] for r in rs]),
             "healthy_s": _spread([r["healthy_s"] for r in rs if r["healthy_s"] is not None]),
             "retx": sum(r["retx"] for r in rs), "spurious": sum(r["spurious"] for r in rs),
+            "probes": sum(r["probes"] for r in rs),
             "data_dropped": sum(r["data_dropped"] for r in rs),
         }
     out["worst_ratio"] = _spread(worst)
@@ -193,7 +198,8 @@ def bench_size(size: int, bench: BurstBench, say: Callable[[str], None]) -> dict
         f"[{out['worst_ratio']['min']:.2f}-{out['worst_ratio']['max']:.2f}], MRC no longer "
         f"in {out['mrc_worst_not_longer']}/{bench.phases} phases; mean burst step MRC/RC "
         f"{out['mean_ratio']['median']:.2f} [{out['mean_ratio']['min']:.2f}-"
-        f"{out['mean_ratio']['max']:.2f}]; retx MRC {m['retx']} ({m['spurious']} spurious), "
+        f"{out['mean_ratio']['max']:.2f}]; retx MRC {m['retx']} ({m['spurious']} spurious, "
+        f"{m['probes']} tail and plane probes), "
         f"RC {r['retx']} ({r['spurious']}); bursts "
         f"{'dropped in every run' if bite else 'DID NOT DROP in some runs (delay only)'}")
     return out

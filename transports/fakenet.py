@@ -13,6 +13,9 @@ a -> b crosses after its EV's own path, whatever its EV, as the egress port of t
 last switch in front of a host. Other traffic enters it (``port_burst``: bytes at
 a rate for a while, as microburst senders), so every EV of the connection meets the
 same queue: a common-mode delay spike, with tail drops once the buffer is full.
+A port may also hold at most ``frames`` datagrams whatever their size (a pfifo's
+limit, as the fabric's switch ports: a 48-byte probe takes a slot as a full frame
+does), its other traffic then arriving as whole frames (``port_burst(frame=...)``).
 A port may serve only some EVs (``evs``: one port per plane, each plane's NIC
 reaching the receiver through its own switch), so each plane queues on its own.
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypedDict, Unpack
@@ -113,10 +117,12 @@ class Port:
     rate: float  # bytes/s
     buffer: int  # bytes it holds
     delay: float = 0.0  # after it (the last link's propagation)
+    frames: int | None = None  # datagrams it holds whatever their size (None: no limit)
     busy_until: float = 0.0
     dropped: int = 0  # datagrams of the connection dropped here
     other_bytes: int = 0  # other traffic that entered ...
     other_dropped: int = 0  # ... and the part of it dropped
+    starts: deque[float] = field(default_factory=deque)  # queued datagrams' dequeue times
 
     def backlog(self, now: float) -> float:
         """Bytes queued at ``now``."""
@@ -126,7 +132,15 @@ class Port:
         """``nbytes`` arrive at ``now``: the time they leave, None if they do not fit."""
         if self.backlog(now) + nbytes > self.buffer:
             return None
-        self.busy_until = max(now, self.busy_until) + nbytes / self.rate
+        start = max(now, self.busy_until)
+        if self.frames is not None:
+            q = self.starts
+            while q and q[0] <= now:  # a datagram leaves the queue when it starts out
+                q.popleft()
+            if len(q) >= self.frames:
+                return None
+            q.append(start)
+        self.busy_until = start + nbytes / self.rate
         return self.busy_until
 
 
@@ -184,16 +198,18 @@ class FakeNet:
             self.paths[key][ev].dead.append((at, until))
 
     def port(self, a: str, b: str, rate: float, buffer: int = 1 << 20,
-             delay: float = 0.0, evs: Sequence[int] | None = None) -> Port:
+             delay: float = 0.0, evs: Sequence[int] | None = None,
+             frames: int | None = None) -> Port:
         """Every datagram a -> b (on ``evs`` only, if given: one plane's) crosses one FIFO of
-        ``rate`` bytes/s holding ``buffer`` bytes (then ``delay``) after its EV's path: the
-        receiver's port."""
+        ``rate`` bytes/s holding ``buffer`` bytes, and at most ``frames`` datagrams if
+        given (then ``delay``), after its EV's path: the receiver's port."""
         if (a, b) not in self.paths:
             raise ValueError(f"no connection {a!r} -> {b!r}: connect them first")
-        if not rate > 0 or buffer < 1 or delay < 0:
+        if not rate > 0 or buffer < 1 or delay < 0 or (frames is not None and frames < 1):
             raise ValueError(f"port rate={rate!r} must be > 0 bytes/s, buffer={buffer!r} "
-                             f">= 1 byte, delay={delay!r} >= 0 s")
-        p = Port(rate, buffer, delay)
+                             f">= 1 byte, delay={delay!r} >= 0 s, frames={frames!r} None "
+                             f"or >= 1")
+        p = Port(rate, buffer, delay, frames)
         if evs is None:
             if (a, b) in self.ev_ports:
                 raise ValueError(f"{a!r} -> {b!r} has a port per plane already")
@@ -212,24 +228,35 @@ class FakeNet:
         return p
 
     def port_burst(self, a: str, b: str, at: float, until: float, rate: float,
-                   step: float = 50e-6, port: Port | None = None) -> None:
+                   step: float = 50e-6, port: Port | None = None,
+                   frame: int | None = None) -> None:
         """Other traffic at ``rate`` bytes/s enters the a -> b port (``port``, if the
         direction has one per plane) during [at, until), in slices of ``step`` seconds
-        (what does not fit in its buffer is dropped)."""
+        (what does not fit in its buffer is dropped), or with ``frame`` as whole frames
+        of that many bytes, one every ``frame / rate`` seconds, each queued or dropped
+        whole (a port that counts ``frames`` needs them)."""
         if port is None:
             port = self.ports.get((a, b))
         if port is None:
             raise ValueError(f"no port on {a!r} -> {b!r}: call port() first (or pass the "
                              f"plane's)")
-        if not (rate > 0 and step > 0 and until > at):
-            raise ValueError(f"port_burst needs rate > 0, step > 0 and until > at, not "
-                             f"rate={rate!r}, step={step!r}, [{at!r}, {until!r})")
+        if not (rate > 0 and step > 0 and until > at) or (frame is not None and frame < 1):
+            raise ValueError(f"port_burst needs rate > 0, step > 0, until > at and frame None "
+                             f"or >= 1 byte, not rate={rate!r}, step={step!r}, "
+                             f"[{at!r}, {until!r}), frame={frame!r}")
+        if port.frames is not None and frame is None:
+            raise ValueError("this port counts frames: give port_burst the burst's frame size")
+        if frame is not None:
+            step = frame / rate
         n = int(round(rate * step))
         target = port
 
         def slice_(t: float) -> None:
             target.other_bytes += n
-            if target.enqueue(n, self.now) is None:  # the part that fits gets in
+            if frame is not None:
+                if target.enqueue(n, self.now) is None:
+                    target.other_dropped += n
+            elif target.enqueue(n, self.now) is None:  # the part that fits gets in
                 room = int(max(0.0, target.buffer - target.backlog(self.now)))
                 target.enqueue(room, self.now)
                 target.other_dropped += n - room

@@ -165,3 +165,32 @@ def test_stall_holds_arrivals_until_the_receiver_runs_again():
         net.stall("b", every=0.1, length=0.2)
     with pytest.raises(ValueError, match="no core 'c'"):
         net.stall("c", every=0.1, length=0.01)
+
+
+def test_a_port_counting_frames_gives_a_probe_a_slot_like_a_frame():
+    a, b = Echo(), Echo()
+    net = FakeNet(7)
+    net.connect("a", a, "b", b, [PathSpec(delay=1e-3)])
+    port = net.port("a", "b", rate=1e6, buffer=1 << 30, frames=3)
+    with pytest.raises(ValueError, match="frame size"):
+        net.port_burst("a", "b", 0.0, 1e-3, rate=1e6, port=port)
+    # whole 1000-byte frames at 4x the port's rate: at 0.4, 0.65, 0.9, ... 2.15 ms
+    net.port_burst("a", "b", 0.4e-3, 2.3e-3, rate=4e6, frame=1000)
+    probe = _pkt(0, n=0)  # a header alone: 48 bytes
+    net.send("a", [(0, probe)])  # reaches the port at 1 ms
+    net.run(1.0)
+    # At 1 ms the first frame is out, two wait (leaving the queue at 1.4 and 2.4 ms): the
+    # probe takes the third slot and leaves at 3.4 + 0.048 ms. The frames of 1.15, 1.65,
+    # 1.9 and 2.15 ms find three waiting and are dropped (the one of 1.15 only for the
+    # probe's slot); the one of 1.4 ms gets the slot the second frame frees.
+    assert [round(t, 7) for t, _ in b.got] == [0.003448]
+    assert port.dropped == 0
+    assert port.other_bytes == 8000 and port.other_dropped == 4000
+    alone = FakeNet(7)  # the same frames without the probe: one more gets in
+    alone.connect("a", Echo(), "b", Echo(), [PathSpec(delay=1e-3)])
+    free = alone.port("a", "b", rate=1e6, buffer=1 << 30, frames=3)
+    alone.port_burst("a", "b", 0.4e-3, 2.3e-3, rate=4e6, frame=1000)
+    alone.run(1.0)
+    assert free.other_dropped == 3000
+    with pytest.raises(ValueError, match="frames=0"):
+        net.port("b", "a", rate=1e6, frames=0)
