@@ -184,11 +184,11 @@ class NodeKernel:
             with entered(self.fd):
                 write_sysctl("net.ipv6.conf.all.forwarding", 1)
 
-    # -- run-time changes (failures and impairments) ---------------------------------------
-
     def wait_addresses_local(self, plan: NodePlan) -> None:
         """Return once every address of ``plan`` is delivered here (see the function)."""
         wait_addresses_local(self.ipr, plan_addresses(plan), self.name)
+
+    # -- run-time changes (failures and impairments) ---------------------------------------
 
     def set_port_up(self, ifname: str, up: bool) -> None:
         """Admin state of one interface (down: a cut cable as the kernel sees it)."""

@@ -227,6 +227,13 @@ class FakeNet:
             of[ev] = p
         return p
 
+    def _port_of(self, a: str, b: str, ev: int) -> Port | None:
+        """The port EV ``ev`` of a -> b crosses (None: none)."""
+        port = self.ports.get((a, b))
+        if port is None and (per_ev := self.ev_ports.get((a, b))) is not None:
+            port = per_ev[ev]
+        return port
+
     def port_burst(self, a: str, b: str, at: float, until: float, rate: float,
                    step: float = 50e-6, port: Port | None = None,
                    frame: int | None = None) -> None:
@@ -253,12 +260,11 @@ class FakeNet:
 
         def slice_(t: float) -> None:
             target.other_bytes += n
-            if frame is not None:
-                if target.enqueue(n, self.now) is None:
-                    target.other_dropped += n
-            elif target.enqueue(n, self.now) is None:  # the part that fits gets in
-                room = int(max(0.0, target.buffer - target.backlog(self.now)))
-                target.enqueue(room, self.now)
+            if target.enqueue(n, self.now) is None:
+                room = 0  # a whole frame is dropped whole; of a slice, the part that fits gets in
+                if frame is None:
+                    room = int(max(0.0, target.buffer - target.backlog(self.now)))
+                    target.enqueue(room, self.now)
                 target.other_dropped += n - room
             if t + step < until:
                 self.at(t + step, lambda: slice_(t + step))
@@ -360,11 +366,7 @@ class FakeNet:
                 t += rng.random() * spec.jitter
             if spec.reorder and rng.random() < spec.reorder:
                 t += rng.random() * spec.reorder_delay
-            if (src, dst) in self.ports:  # to the receiver's port first
-                hop = 2
-            else:
-                ports = self.ev_ports.get((src, dst))
-                hop = 2 if ports is not None and ports[ev] is not None else 0
+            hop = 0 if self._port_of(src, dst, ev) is None else 2  # the receiver's port first
             self._push(t, hop, (rec, data))
             if spec.dup and rng.random() < spec.dup:
                 dup = Rec(now, src, dst, ev, rec.kind, rec.flags, rec.psn, size, "in_flight")
@@ -419,10 +421,8 @@ class FakeNet:
                 continue
             rec, data = item
             if kind == 2:  # at the receiver's port: queue (or drop), then deliver
-                port = self.ports.get((rec.src, rec.dst))
-                if port is None:
-                    port = self.ev_ports[(rec.src, rec.dst)][rec.ev]
-                    assert port is not None
+                port = self._port_of(rec.src, rec.dst, rec.ev)
+                assert port is not None
                 leave = port.enqueue(rec.size, t)
                 if leave is None:
                     rec.fate = "port_drop"
