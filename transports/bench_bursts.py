@@ -3,27 +3,38 @@ ports, on the fake network (virtual time: no root, no host noise).
 
 The training bench compares the transports on the fabric, where each repetition's
 worst burst step is one sample of an extreme that also carries the host's noise.
-This bench runs the transports' own logic through the demo's burst geometry many
-times over, so that the comparison has a distribution:
+This bench runs the transports' own logic through the demo's burst geometry:
 
 - the receiver's two ports (one per plane) drain 100 Mbit/s from FIFOs that hold 100
   datagrams whatever their size (the fabric's pfifo: a probe takes a slot as a full
   frame does); during a burst three sources at line rate enter each port with 8102-byte
-  frames (both planes at one instant, as the demo arms them), 50 ms every 200 ms;
+  frames (both planes at one instant, as the demo arms them) for 50 ms;
 - a training step is a ring all-reduce's six sequential messages into the receiver
   (each must arrive before the next is posted), then 40 ms of compute;
 - MRC sprays 8 EVs over both planes; RC is one QP on plane 0 (the default AIMD
-  window and RTO cap of ``transports/plan.py``);
-- each run draws where the bursts fall against the steps (its phase); every
-  transport meets the same phases.
+  window and RTO cap of ``transports/plan.py``).
 
-Per message size and transport: the worst and the mean step among those that start
-while the bursts run, for every phase; the ratio MRC / RC per phase, reported as the
-median [min-max] over the phases, and in how many phases MRC's worst step was no
-longer than RC's. Checks, printed and returned: every run's bursts dropped other
-traffic at every port they hit (they bite), and every message arrived byte-exact
-(a run that does not raises). Clock: the emulated fabric's (100 Mbit/s links), as
-the demo's; scale by ``LinkSpec.nominal_gbit`` for full scale.
+Where a burst falls against a step decides how many of its messages cross a full
+port, for either transport, and a transport with shorter steps meets a burst at
+another point of its step than a slower one would at the same instant. So the bursts
+are scheduled by step, as the demo's failures are: after ``warmup_steps`` healthy
+steps, a burst starts at a fraction (its *alignment*) of that transport's own step
+cycle (healthy step plus compute) past the start of every ``every_steps``-th step
+(the demo's 200 ms period is about four of its steps), ``bursts`` of them, so what one
+burst leaves in a transport (an inflated RTO, a cut window) meets the next, and every
+burst meets both transports at the same point of a step. A repetition sweeps
+``alignments`` points of the cycle (the grid shifted by a seeded fraction, seeds per
+point), and both transports meet every point.
+
+Per message size and transport: the worst step over every alignment (the worst case
+a transport can meet: the target's figure), the median over alignments of a run's
+worst step (the typical case), both as median [min-max] over the repetitions; the ratio
+MRC / RC of the worst case per repetition, and of each run's worst step against the
+other transport's at the same alignment (paired), with the count of runs where MRC's
+was no longer. Checks, printed and returned: every run's bursts dropped other traffic
+at every port they hit (they bite), and every message arrived byte-exact (a run that
+does not raises). Clock: the emulated fabric's (100 Mbit/s links), as the demo's;
+scale by ``LinkSpec.nominal_gbit`` for full scale.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ from transports.fakenet import FakeNet, PathSpec, Port
 from transports.message import MessageCore
 from transports.plan import DEFAULT_CONFIG, make_core
 
-__all__ = ["BurstBench", "bench_bursts", "phases", "run_phase"]
+__all__ = ["BurstBench", "alignments", "bench_bursts", "run_alignment"]
 
 TRANSPORTS = ("mrc", "rc")
 NICS = (0, 0, 0, 0, 1, 1, 1, 1)  # MRC's EVs: four per plane
@@ -53,16 +64,15 @@ class BurstBench:
     frame_bytes: int = 8102
     sources: int = 3  # burst senders at line rate per port
     on_s: float = 0.050
-    every_s: float = 0.200
-    bursts: int = 10
-    first_burst_s: float = 0.3  # plus the phase: where the bursts fall against the steps
-    phase_span_s: float = 0.2
+    every_steps: int = 4  # a burst every this many steps (the demo's 200 ms: about four)
+    bursts: int = 3  # per run: what one leaves in a transport meets the next
+    warmup_steps: int = 5  # healthy steps before the first burst (they set the cycle)
     one_way_s: float = 0.25e-3  # each EV's propagation
     messages_per_step: int = 6
     compute_s: float = 0.040
-    steps: int = 45
     sizes: tuple[int, ...] = (9_930, 40_000, 160_000)  # bytes; the first: the demo's chunk
-    phases: int = 30
+    alignments: int = 48  # points of the step cycle per repetition
+    repetitions: int = 3
 
     def __post_init__(self) -> None:
         checks = (
@@ -70,10 +80,11 @@ class BurstBench:
             (self.queue_frames >= 1, f"queue_frames={self.queue_frames!r} must be >= 1"),
             (self.frame_bytes >= 64, f"frame_bytes={self.frame_bytes!r} must be >= 64"),
             (self.sources >= 1, f"sources={self.sources!r} must be >= 1"),
-            (0 < self.on_s < self.every_s,
-             f"on_s={self.on_s!r} must be > 0 and shorter than every_s={self.every_s!r}"),
-            (min(self.bursts, self.steps, self.messages_per_step, self.phases) >= 1,
-             "bursts, steps, messages_per_step and phases must be >= 1"),
+            (self.on_s > 0, f"on_s={self.on_s!r} must be > 0"),
+            (min(self.bursts, self.warmup_steps, self.every_steps, self.messages_per_step,
+                 self.alignments, self.repetitions) >= 1,
+             "bursts, warmup_steps, every_steps, messages_per_step, alignments and "
+             "repetitions must be >= 1"),
             (bool(self.sizes) and min(self.sizes) >= 1,
              f"sizes={self.sizes!r} must be message sizes >= 1 byte"),
         )
@@ -86,10 +97,10 @@ class BurstBench:
         """Bytes per second one port drains."""
         return self.port_mbit * 1e6 / 8
 
-    def burst_window(self, phase: float) -> tuple[float, float]:
-        """[first burst's start, last burst's end) for ``phase`` in [0, 1)."""
-        start = self.first_burst_s + phase * self.phase_span_s
-        return start, start + (self.bursts - 1) * self.every_s + self.on_s
+    @property
+    def drain_s(self) -> float:
+        """How long a full port takes to drain (its frames at the port's rate)."""
+        return self.queue_frames * self.frame_bytes / self.port_rate
 
 
 def _pair(kind: str, net: FakeNet, seed: int, bench: BurstBench) -> tuple[MessageCore, list[Port]]:
@@ -117,22 +128,34 @@ def _arrived(net: FakeNet, sent: int, received: int) -> Callable[[], bool]:
     return lambda: len(net.done["a"]) > sent and len(net.done["b"]) >= received
 
 
-def run_phase(kind: str, size: int, phase: float, seed: int,
-              bench: BurstBench = BurstBench()) -> dict[str, Any]:
-    """One run: ``bench.steps`` steps of ``size``-byte messages over ``kind`` with the
-    bursts at ``phase`` (in [0, 1)); step times and what the bursts did."""
+def run_alignment(kind: str, size: int, align: float, seed: int,
+                  bench: BurstBench = BurstBench()) -> dict[str, Any]:
+    """One run of ``size``-byte steps over ``kind``: ``bench.warmup_steps`` healthy steps,
+    then a burst ``align`` (in [0, 1)) of the transport's own step cycle after the start
+    of every ``bench.every_steps``-th step, ``bench.bursts`` of them; it ends at the first
+    step that starts once the last burst's port has drained. Step times and what the
+    bursts did."""
+    if not 0.0 <= align < 1.0:
+        raise ValueError(f"align={align!r} must be in [0, 1): a fraction of the step cycle")
     net = FakeNet(seed)
     a, ports = _pair(kind, net, seed, bench)
-    start, end = bench.burst_window(phase)
-    for port in ports:
-        for k in range(bench.bursts):
-            at = start + k * bench.every_s
-            net.port_burst("a", "b", at, at + bench.on_s, rate=bench.sources * bench.port_rate,
-                           port=port, frame=bench.frame_bytes)
     rnd = random.Random(seed)
     steps: list[tuple[float, float]] = []  # (start, duration)
+    windows: list[tuple[float, float]] = []  # each burst: [start, end of its drain)
+    healthy = cycle = 0.0
     msg = 0
-    for _ in range(bench.steps):
+    while len(windows) < bench.bursts or net.now <= windows[-1][1]:
+        after = len(steps) - bench.warmup_steps
+        if after == 0:
+            healthy = statistics.median(d for _, d in steps)
+            cycle = healthy + bench.compute_s
+        if after >= 0 and after % bench.every_steps == 0 and len(windows) < bench.bursts:
+            at = net.now + align * cycle
+            windows.append((at, at + bench.on_s + bench.drain_s))
+            for port in ports:
+                net.port_burst("a", "b", at, at + bench.on_s,
+                               rate=bench.sources * bench.port_rate, port=port,
+                               frame=bench.frame_bytes)
         t0 = net.now
         for _ in range(bench.messages_per_step):
             msg += 1
@@ -141,15 +164,16 @@ def run_phase(kind: str, size: int, phase: float, seed: int,
             net.post_send("a", msg, data)
             net.run(net.now + 60.0, stop=_arrived(net, len(net.done["a"]), msg))
             if buf != data or not (net.done["a"] and net.done["a"][-1].ok):
-                raise AssertionError(f"{kind}: message {msg} ({size} B, phase {phase:.3f}, "
-                                     f"seed {seed}) did not arrive byte-exact")
+                raise AssertionError(f"{kind}: message {msg} ({size} B, alignment "
+                                     f"{align:.3f}, seed {seed}) did not arrive byte-exact")
         steps.append((t0, net.now - t0))
         net.run(net.now + bench.compute_s)
-    burst = [d for t, d in steps if start <= t < end]
-    healthy = [d for t, d in steps if t < start]
+    # the steps that overlap a burst or its drain
+    met = [d for t, d in steps[bench.warmup_steps:]
+           if any(t < end and t + d > at for at, end in windows)]
     return {
-        "worst_s": max(burst), "mean_s": statistics.fmean(burst), "burst_steps": len(burst),
-        "healthy_s": statistics.median(healthy) if healthy else None,
+        "worst_s": max(met), "mean_s": statistics.fmean(met), "burst_steps": len(met),
+        "healthy_s": healthy, "cycle_s": cycle,
         "data_dropped": sum(p.dropped for p in ports),
         "burst_dropped": [p.other_dropped for p in ports],
         "retx": a.stats.get("tx_retx", 0), "spurious": a.stats.get("tx_retx_spurious", 0),
@@ -158,59 +182,80 @@ def run_phase(kind: str, size: int, phase: float, seed: int,
     }
 
 
-def phases(n: int) -> list[float]:
-    """The bench's ``n`` burst phases in [0, 1): the same for every transport and run."""
-    return [random.Random(7919 * (i + 1)).random() for i in range(n)]
+def alignments(bench: BurstBench, repetition: int) -> list[tuple[float, int]]:
+    """Repetition ``repetition``'s (alignment, seed) points: ``bench.alignments`` evenly
+    spaced over the cycle, shifted by a seeded fraction of a spacing; the same for every
+    transport and run."""
+    n = bench.alignments
+    shift = random.Random(7919 * (repetition + 1)).random()
+    return [((i + shift) / n, repetition * n + i + 1) for i in range(n)]
 
 
 def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def _ms(s: dict[str, float]) -> str:
+    return f"{s['median'] * 1e3:.1f} ms [{s['min'] * 1e3:.1f}-{s['max'] * 1e3:.1f}]"
+
+
+def _ratio(s: dict[str, float]) -> str:
+    return f"{s['median']:.2f} [{s['min']:.2f}-{s['max']:.2f}]"
+
+
 def bench_size(size: int, bench: BurstBench, say: Callable[[str], None]) -> dict[str, Any]:
-    """Every phase for one message size: per-transport figures and the ratios."""
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in TRANSPORTS}
-    for i, phase in enumerate(phases(bench.phases)):
-        for kind in TRANSPORTS:  # interleaved: both meet this phase
-            runs[kind].append(run_phase(kind, size, phase, i + 1, bench))
-    worst = [m["worst_s"] / r["worst_s"] for m, r in zip(runs["mrc"], runs["rc"], strict=True)]
-    mean = [m["mean_s"] / r["mean_s"] for m, r in zip(runs["mrc"], runs["rc"], strict=True)]
-    bite = all(min(r["burst_dropped"]) > 0 for k in TRANSPORTS for r in runs[k])
-    out: dict[str, Any] = {"size": size, "phases": bench.phases, "bursts_dropped": bite}
+    """Every repetition and alignment for one message size: per-transport figures and
+    the ratios."""
+    runs: dict[str, list[list[dict[str, Any]]]] = {k: [] for k in TRANSPORTS}
+    for rep in range(bench.repetitions):
+        for kind in TRANSPORTS:
+            runs[kind].append([])
+        for align, seed in alignments(bench, rep):
+            for kind in TRANSPORTS:  # interleaved: both meet this point of their step
+                runs[kind][rep].append(run_alignment(kind, size, align, seed, bench))
+    flat = {k: [r for rep in runs[k] for r in rep] for k in TRANSPORTS}
+    worst = {k: [max(r["worst_s"] for r in rep) for rep in runs[k]] for k in TRANSPORTS}
+    paired = [m["worst_s"] / r["worst_s"] for m, r in zip(flat["mrc"], flat["rc"], strict=True)]
+    bite = all(min(r["burst_dropped"]) > 0 for k in TRANSPORTS for r in flat[k])
+    out: dict[str, Any] = {"size": size, "alignments": bench.alignments,
+                           "repetitions": bench.repetitions, "bursts_dropped": bite}
     for kind in TRANSPORTS:
-        rs = runs[kind]
+        rs = flat[kind]
         out[kind] = {
-            "worst_s": _spread([r["worst_s"] for r in rs]),
-            "mean_s": _spread([r["mean_s"] for r in rs]),
-            "healthy_s": _spread([r["healthy_s"] for r in rs if r["healthy_s"] is not None]),
+            "worst_s": _spread(worst[kind]),
+            "typical_s": _spread([statistics.median(r["worst_s"] for r in rep)
+                                  for rep in runs[kind]]),
+            "healthy_s": _spread([r["healthy_s"] for r in rs]),
             "retx": sum(r["retx"] for r in rs), "spurious": sum(r["spurious"] for r in rs),
             "probes": sum(r["probes"] for r in rs),
             "data_dropped": sum(r["data_dropped"] for r in rs),
         }
-    out["worst_ratio"] = _spread(worst)
-    out["mean_ratio"] = _spread(mean)
-    out["mrc_worst_not_longer"] = sum(x <= 1.0 for x in worst)
+    out["worst_ratio"] = _spread([m / r for m, r in zip(worst["mrc"], worst["rc"], strict=True)])
+    out["mrc_worst_not_longer"] = sum(m <= r for m, r in zip(worst["mrc"], worst["rc"],
+                                                             strict=True))
+    out["paired_ratio"] = _spread(paired)
+    out["paired_not_longer"] = sum(x <= 1.0 for x in paired)
     m, r = out["mrc"], out["rc"]
-    say(f"  {size:>7} B: worst step MRC {m['worst_s']['median'] * 1e3:.1f} ms "
-        f"[{m['worst_s']['min'] * 1e3:.1f}-{m['worst_s']['max'] * 1e3:.1f}], RC "
-        f"{r['worst_s']['median'] * 1e3:.1f} [{r['worst_s']['min'] * 1e3:.1f}-"
-        f"{r['worst_s']['max'] * 1e3:.1f}]; MRC/RC {out['worst_ratio']['median']:.2f} "
-        f"[{out['worst_ratio']['min']:.2f}-{out['worst_ratio']['max']:.2f}], MRC no longer "
-        f"in {out['mrc_worst_not_longer']}/{bench.phases} phases; mean burst step MRC/RC "
-        f"{out['mean_ratio']['median']:.2f} [{out['mean_ratio']['min']:.2f}-"
-        f"{out['mean_ratio']['max']:.2f}]; retx MRC {m['retx']} ({m['spurious']} spurious, "
-        f"{m['probes']} tail and plane probes), "
-        f"RC {r['retx']} ({r['spurious']}); bursts "
-        f"{'dropped in every run' if bite else 'DID NOT DROP in some runs (delay only)'}")
+    say(f"  {size:>7} B: worst over alignments MRC {_ms(m['worst_s'])}, RC "
+        f"{_ms(r['worst_s'])}; MRC/RC {_ratio(out['worst_ratio'])}, MRC no longer in "
+        f"{out['mrc_worst_not_longer']}/{bench.repetitions} repetitions; typical run's "
+        f"worst MRC {_ms(m['typical_s'])}, RC {_ms(r['typical_s'])}; paired MRC/RC "
+        f"{_ratio(out['paired_ratio'])}, MRC no longer in {out['paired_not_longer']}/"
+        f"{len(paired)} runs; healthy step MRC {m['healthy_s']['median'] * 1e3:.1f} ms, RC "
+        f"{r['healthy_s']['median'] * 1e3:.1f}; retx MRC {m['retx']} ({m['spurious']} "
+        f"spurious, {m['probes']} tail and plane probes), RC {r['retx']} ({r['spurious']}); "
+        f"bursts {'dropped in every run' if bite else 'DID NOT DROP in some runs (delay only)'}")
     return out
 
 
 def bench_bursts(say: Callable[[str], None] = print, quick: bool = False,
                  bench: BurstBench | None = None) -> dict[str, Any]:
-    """Every message size of ``bench`` (``quick``: 8 phases instead of 30)."""
+    """Every message size of ``bench`` (``quick``: 16 alignments and 2 repetitions
+    instead of 48 and 3)."""
     if bench is None:
-        bench = BurstBench(phases=8) if quick else BurstBench()
-    say(f"MRC vs RC through host-port microbursts on the fake network ({bench.phases} "
-        f"phases per size; emulated clock, {bench.port_mbit:g} Mbit/s ports)")
+        bench = BurstBench(alignments=16, repetitions=2) if quick else BurstBench()
+    say(f"MRC vs RC through host-port microbursts on the fake network ({bench.alignments} "
+        f"alignments x {bench.repetitions} repetitions per size; emulated clock, "
+        f"{bench.port_mbit:g} Mbit/s ports)")
     return {"clock": "emulated (fake network, virtual time)", "geometry": asdict(bench),
             "sizes": [bench_size(size, bench, say) for size in bench.sizes]}
