@@ -36,7 +36,11 @@ Window updates:
 - Quick adapt: when delay exceeds ``qa_threshold * target`` or a retransmission
   timeout fires, the window drops at once to what was acknowledged over the last
   RTT (the rate the network really delivered), at most once per ``qa_gate`` RTTs.
-- Always within [min_cwnd, max_cwnd].
+- Always within [min_cwnd, max_cwnd]; ``min_cwnd`` is two packets unless configured
+  (RFC 5681's floor for ssthresh): with one, a sender limited by its application
+  sends a two-packet message's second packet only once the first is acknowledged, so
+  under a queue that every EV crosses (a burst onto the receiver's ports) the message
+  crosses it twice, the second time often into a port full again.
 - ``undo(cwnd, at)``: a cut that proved spurious (the loss it answered was not one:
   transports/mrc.py, Eifel-style) is taken back, if no other cut came since.
 
@@ -65,7 +69,7 @@ class NsccConfig:
     qa_threshold: float = 4.0  # quick adapt when delay > qa_threshold * target
     qa_gate: float = 2.0  # at most one quick adapt per qa_gate RTTs
     init_cwnd: int | None = None  # None: 16 packets
-    min_cwnd: int | None = None  # None: one packet
+    min_cwnd: int | None = None  # None: two packets
     max_cwnd: int = 16 << 20
 
     def __post_init__(self) -> None:
@@ -151,7 +155,7 @@ class Nscc:
     def __init__(self, cfg: NsccConfig, mtu: int) -> None:
         self.cfg = cfg
         self.mtu = mtu
-        self.min_cwnd = cfg.min_cwnd or mtu
+        self.min_cwnd = cfg.min_cwnd or 2 * mtu
         self.max_cwnd = max(cfg.max_cwnd, self.min_cwnd)
         self.cwnd = float(min(self.max_cwnd, max(self.min_cwnd, cfg.init_cwnd or 16 * mtu)))
         self.bases: dict[int, BaseRtt] = {}  # per EV (learnt base RTTs)

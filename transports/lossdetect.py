@@ -389,7 +389,7 @@ class LossDetector:
         silent = 0
         self._reorder_expired(now)  # before the RTOs: a loss B sees is no timeout
         while heap and heap[0][0] <= now:
-            _, seq, psn = heapq.heappop(heap)
+            due, seq, psn = heapq.heappop(heap)
             p = self.inflight.get(psn)
             if p is None or p.seq != seq or p.lost:
                 continue
@@ -409,7 +409,7 @@ class LossDetector:
             fired = True
             if self.hi_seq > p.seq:  # something sent after it got through
                 if self._plane_lost(p, now):  # its path lost it
-                    self.lose(p, now, TIMEOUT, "loss_rto")
+                    self.lose(p, now, TIMEOUT, "loss_rto", due)
                     blamed.append(psn)
                 else:  # only on another plane: its plane may be queued
                     self.stats["rto_plane_suspect"] += 1
@@ -429,7 +429,7 @@ class LossDetector:
             self.probe_timeout(now)
         if blamed:
             # RFC 6298 (5.4): a timeout resends the first lost packet waiting at once,
-            # whatever the window (cut to one packet now) holds: packets still counted in
+            # whatever the window (cut to its floor now) holds: packets still counted in
             # flight may be lost too and would hold it until their own, backed-off, RTOs
             if self.snd.retxq:
                 self.snd.forced.add(self.snd.retxq[0])
@@ -741,8 +741,10 @@ class LossDetector:
             q.popleft()
         return None
 
-    def lose(self, p: SentPacket, now: float, kind: int, reason: str) -> None:
-        """``p`` is lost: resend it; blame its EV only if a later transmission got through."""
+    def lose(self, p: SentPacket, now: float, kind: int, reason: str,
+             due: float = INF) -> None:
+        """``p`` is lost: resend it; blame its EV only if a later transmission got through.
+        ``due``: when its RTO came due (a blamed RTO)."""
         blamed = self.hi_seq > p.seq
         self.snd.requeue(p, reason, avoid=blamed)
         self.stats[reason] += 1
@@ -753,7 +755,7 @@ class LossDetector:
         self.sel.feedback(ev, kind)
         retired = self.paths.retire(ev, now, self.rto(ev))
         if kind == TIMEOUT:  # silent for an RTO while later packets got through: all lost
-            self._flush(ev, now, everything=True)
+            self._flush(ev, now, everything=True, since=due)
         elif retired and reason in ("loss_cross_ev", "loss_reorder"):
             self._flush(ev, now, everything=False)
         self._blame(p.psn, ev, now)
@@ -772,10 +774,12 @@ class LossDetector:
                 break
             del blame[oldest]
 
-    def _flush(self, ev: int, now: float, everything: bool) -> None:
-        """The path went silent: every packet out on it (``everything``: after a blamed RTO),
-        or every one that rule B's timing condemns (without its ``dupthresh``: after B), is
-        lost too, so a dead path does not hold the window until each times out."""
+    def _flush(self, ev: int, now: float, everything: bool, since: float = INF) -> None:
+        """The path went silent: every packet out on it (``everything``: after a blamed RTO,
+        but for those sent ``since`` it came due, a retransmission that left while the
+        timer waited to run: no silence of the path can have judged them), or every one
+        that rule B's timing condemns (without its ``dupthresh``: after B), is lost too, so
+        a dead path does not hold the window until each times out."""
         inflight = self.inflight
         q = self.ev_q[ev]
         n = self.nic_of[ev]
@@ -786,7 +790,7 @@ class LossDetector:
             p = inflight.get(psn)
             if p is None or p.seq != seq or p.lost:
                 continue
-            if not everything and not self._condemned(p, now, hi, hi_rtt):
+            if (p.sent >= since if everything else not self._condemned(p, now, hi, hi_rtt)):
                 keep.append((seq, psn))
                 continue
             self.snd.requeue(p, "loss_ev_flush")

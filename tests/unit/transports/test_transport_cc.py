@@ -131,3 +131,15 @@ def test_configured_base_rtt_is_used_for_every_ev():
 def test_config_checks(kw):
     with pytest.raises(ValueError):
         NsccConfig(**kw)
+
+
+@pytest.mark.parametrize("floor", [None, MTU])
+def test_quick_adapt_leaves_a_sender_limited_by_its_application_two_packets(floor):
+    # one message of two packets per RTT, then a queue of 20 RTTs: the first ACK after
+    # it is all the last RTT delivered, one packet, yet the next message's two packets
+    # still leave together
+    cc = Nscc(NsccConfig(min_cwnd=floor), MTU)
+    t = feed(cc, 0.0, 0.1, RTT, per_rtt=1, acked=2 * MTU)
+    cc.on_ack(MTU, 20 * RTT, t + 20 * RTT)
+    assert cc.n_qa == 1
+    assert cc.cwnd == (floor or 2 * MTU)  # the configured floor, else two packets

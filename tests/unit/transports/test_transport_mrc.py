@@ -143,10 +143,11 @@ def test_peer_gone_fails_pending_sends_in_bounded_time(give_up_s):
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_cwnd_follows_queueing_delay(seed):
-    # one slow path with a FIFO: 50 MB/s, 10 us propagation
+    # one slow path with a FIFO: 50 MB/s, 0.3 ms propagation (a window of about seven
+    # packets, well above NSCC's floor of two, so that a cut shows)
     nscc = NsccConfig(target_delay=40e-6)
     cfg = MrcConfig(rto_min=2e-3, probe_min=1e-3, nscc=nscc)
-    spec = PathSpec(delay=10e-6, rate=50e6, buffer=4 << 20)
+    spec = PathSpec(delay=0.3e-3, rate=50e6, buffer=4 << 20)
     net, a, b = pair(evs=1, cfg=cfg, seed=seed, spec=spec)
     samples = []
 

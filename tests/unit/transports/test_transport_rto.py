@@ -124,12 +124,12 @@ def test_window_cut_on_timeout_is_undone_unless_cut_again():
     mtu = 8048
     cc = Nscc(NsccConfig(), mtu)
     assert cc.cwnd == 16 * mtu
-    before = cc.on_timeout(1.0)  # nothing acknowledged lately: down to one packet
-    assert before == 16 * mtu and cc.cwnd == mtu and cc.n_rto == 1
+    before = cc.on_timeout(1.0)  # nothing acknowledged lately: down to the floor
+    assert before == 16 * mtu and cc.cwnd == cc.min_cwnd == 2 * mtu and cc.n_rto == 1
     assert cc.undo(before, 1.0) and cc.cwnd == 16 * mtu and cc.n_undo == 1
     before = cc.on_timeout(2.0)
     cc.quick_adapt(2.5)  # another cut since
-    assert not cc.undo(before, 2.0) and cc.cwnd == mtu
+    assert not cc.undo(before, 2.0) and cc.cwnd == 2 * mtu
 
 
 def test_host_delay_is_a_decaying_peak_published_on_change():

@@ -22,7 +22,7 @@ def test_a_blamed_timeout_resends_past_a_full_window():
     a.post_send(1, r.randbytes(2 * CFG.mtu_payload), 0.0)  # psn 0-1
     a.post_send(2, r.randbytes(4 * CFG.mtu_payload), 0.004)  # psn 2-5, on other EVs
     # A transmission sent after psn 0-1 got through, so their RTO (1 ms) is blamed; the
-    # window is cut to one packet while psn 2-5 (their RTOs not due) stay in flight.
+    # window is cut to its floor while psn 2-5 (their RTOs not due) stay in flight.
     a.loss.hi_seq = max(p.seq for p in a.inflight.values())
     a.cc.cwnd = a.cc.min_cwnd
     out = a.on_timer(0.0045)
