@@ -11,6 +11,11 @@ This bench runs the transports' own logic through the demo's burst geometry:
   frames (both planes at one instant, as the demo arms them) for 50 ms;
 - a training step is a ring all-reduce's six sequential messages into the receiver
   (each must arrive before the next is posted), then 40 ms of compute;
+- the paths are the fabric's: three store-and-forward hops at the link rate before the
+  receiver's port (host, leaf, spine), four back, 7 us per hop besides serialization
+  (the fabric's 119 us ping over eight hops), the EVs of one plane sharing their
+  host's NIC (the first hop) in each direction; a full frame's round trip is then 2.7
+  ms, as on the fabric, where RTT-bound costs (a probe's round trip) weigh as there;
 - MRC sprays 8 EVs over both planes; RC is one QP on plane 0 (the default AIMD
   window and RTO cap of ``transports/plan.py``).
 
@@ -67,7 +72,8 @@ class BurstBench:
     every_steps: int = 4  # a burst every this many steps (the demo's 200 ms: about four)
     bursts: int = 3  # per run: what one leaves in a transport meets the next
     warmup_steps: int = 5  # healthy steps before the first burst (they set the cycle)
-    one_way_s: float = 0.25e-3  # each EV's propagation
+    hops: int = 3  # store-and-forward hops at port_mbit before the receiver's port
+    hop_latency_s: float = 7e-6  # per hop besides serialization
     messages_per_step: int = 6
     compute_s: float = 0.040
     sizes: tuple[int, ...] = (9_930, 40_000, 160_000)  # bytes; the first: the demo's chunk
@@ -80,6 +86,8 @@ class BurstBench:
             (self.queue_frames >= 1, f"queue_frames={self.queue_frames!r} must be >= 1"),
             (self.frame_bytes >= 64, f"frame_bytes={self.frame_bytes!r} must be >= 64"),
             (self.sources >= 1, f"sources={self.sources!r} must be >= 1"),
+            (self.hops >= 1, f"hops={self.hops!r} must be >= 1"),
+            (self.hop_latency_s >= 0, f"hop_latency_s={self.hop_latency_s!r} must be >= 0"),
             (self.on_s > 0, f"on_s={self.on_s!r} must be > 0"),
             (min(self.bursts, self.warmup_steps, self.every_steps, self.messages_per_step,
                  self.alignments, self.repetitions) >= 1,
@@ -114,7 +122,17 @@ def _pair(kind: str, net: FakeNet, seed: int, bench: BurstBench) -> tuple[Messag
     a, b = (make_core(kind, 7, len(nics), DEFAULT_CONFIG[kind], seed * 2 + end, nics=nics)
             for end in (1, 2))
     assert isinstance(a, MessageCore)  # MRC and RC both are: their counters are read
-    net.connect("a", a, "b", b, [PathSpec(delay=bench.one_way_s)] * len(nics))
+    rate = bench.port_rate
+    # the receiver's port is the last hop there; back, every hop is a path's
+    there = PathSpec(delay=bench.hops * bench.hop_latency_s, rate=rate, buffer=buffer,
+                     hops=bench.hops)
+    back = PathSpec(delay=(bench.hops + 1) * bench.hop_latency_s, rate=rate, buffer=buffer,
+                    hops=bench.hops + 1)
+    net.connect("a", a, "b", b, [there] * len(nics), [back] * len(nics))
+    for plane in set(nics):  # each end's NIC on a plane: one FIFO for its EVs
+        evs = [ev for ev, nic in enumerate(nics) if nic == plane]
+        net.share_first_hop("a", "b", evs)
+        net.share_first_hop("b", "a", evs)
     if kind == "rc":
         return a, [net.port("a", "b", rate=bench.port_rate, buffer=buffer, frames=frames)]
     return a, [net.port("a", "b", rate=bench.port_rate, buffer=buffer, frames=frames,

@@ -5,8 +5,12 @@ connection has one path per EV in each direction, described by a ``PathSpec``:
 propagation delay (+ uniform jitter), loss, duplication, reordering (with
 probability ``reorder`` a packet gets up to ``reorder_delay`` extra delay), and
 optionally a FIFO of ``rate`` bytes/s with a ``buffer`` of bytes (tail drop), so
-queueing delay builds up. Paths die at a time (``kill``: every packet on that EV,
-both directions, sent or arriving while dead, is lost) and revive.
+queueing delay builds up, followed by ``hops - 1`` more store-and-forward hops at that
+rate (a switched path: each hop sends a datagram whole, so a header-sized probe behind
+a full frame waits for it at every hop); EVs may share that first FIFO
+(``share_first_hop``: a sender's NIC on one plane). Paths die at a time (``kill``:
+every packet on that EV, both directions, sent or arriving while dead, is lost) and
+revive.
 
 A receiver's port (``port(a, b, rate, buffer)``): one FIFO that every datagram
 a -> b crosses after its EV's own path, whatever its EV, as the egress port of the
@@ -58,6 +62,7 @@ class PathSpec:
     reorder_delay: float = 0.0  # the extra delay, uniform in [0, reorder_delay]
     rate: float | None = None  # bytes/s; None: no queue
     buffer: int = 1 << 20  # bytes the FIFO holds (with rate)
+    hops: int = 1  # store-and-forward hops at rate (the FIFO is the first one's)
 
     def __post_init__(self) -> None:
         for name in ("loss", "dup", "reorder"):
@@ -65,6 +70,8 @@ class PathSpec:
                 raise ValueError(f"PathSpec.{name} must be in [0, 1]")
         if self.delay < 0 or self.jitter < 0 or self.reorder_delay < 0:
             raise ValueError("PathSpec delays must be >= 0")
+        if self.hops < 1:
+            raise ValueError(f"PathSpec.hops={self.hops!r} must be >= 1")
 
 
 class PathChanges(TypedDict, total=False):
@@ -101,9 +108,15 @@ _Event = Callable[[], None] | tuple[Rec, bytes]
 
 
 @dataclass
+class _Fifo:
+    busy_until: float = 0.0
+
+
+@dataclass
 class _Dir:
     spec: PathSpec
-    busy_until: float = 0.0
+    first: _Fifo = field(default_factory=_Fifo)  # the first hop's FIFO (EVs may share one)
+    later: list[float] = field(default_factory=list)  # each later hop's busy_until
     dead: list[tuple[float, float]] = field(default_factory=list)
 
     def is_dead(self, t: float) -> bool:
@@ -296,12 +309,24 @@ class FakeNet:
         """Call ``fn()`` at virtual time ``t``."""
         self._push(t, 1, fn)
 
+    def share_first_hop(self, a: str, b: str, evs: Sequence[int]) -> None:
+        """EVs ``evs`` of a -> b leave through one FIFO, their first hop's (a sender's NIC on
+        one plane: its EVs queue behind each other there); their paths need a rate."""
+        dirs = self.paths[(a, b)]
+        bad = [ev for ev in evs if not 0 <= ev < len(dirs) or not dirs[ev].spec.rate]
+        if bad:
+            raise ValueError(f"share_first_hop: EVs {bad} of {a}->{b} do not exist or have no "
+                             f"rate (EVs 0..{len(dirs) - 1}, each with a PathSpec rate)")
+        fifo = _Fifo()
+        for ev in evs:
+            dirs[ev].first = fifo
+
     def cross_traffic(self, a: str, b: str, ev: int, nbytes: int, at: float) -> None:
         """``nbytes`` of other traffic enter the a->b FIFO of ``ev`` at ``at`` (needs a rate)."""
         def occupy() -> None:
             d = self.paths[(a, b)][ev]
             if d.spec.rate:
-                d.busy_until = max(self.now, d.busy_until) + nbytes / d.spec.rate
+                d.first.busy_until = max(self.now, d.first.busy_until) + nbytes / d.spec.rate
         self.at(at, occupy)
 
     # ---- driving the cores ------------------------------------------------------------------
@@ -356,11 +381,18 @@ class FakeNet:
                 continue
             t = now
             if spec.rate:
-                start = max(now, d.busy_until)
+                fifo = d.first
+                start = max(now, fifo.busy_until)
                 if (start - now) * spec.rate + size > spec.buffer:
                     rec.fate = "queue_drop"
                     continue
-                t = d.busy_until = start + size / spec.rate
+                t = fifo.busy_until = start + size / spec.rate
+                if spec.hops > 1:  # store and forward: each hop sends it whole, in order
+                    later = d.later
+                    while len(later) < spec.hops - 1:
+                        later.append(0.0)
+                    for k in range(spec.hops - 1):
+                        t = later[k] = max(t, later[k]) + size / spec.rate
             t += spec.delay
             if spec.jitter:
                 t += rng.random() * spec.jitter

@@ -53,6 +53,34 @@ def test_rate_queue_delay_and_tail_drop():
     assert a.fired == [5e-3]
 
 
+def test_store_and_forward_hops_send_each_datagram_whole():
+    a, b = Echo(), Echo()
+    net = FakeNet(1)
+    net.connect("a", a, "b", b, [PathSpec(delay=1e-3, rate=1e6, hops=3)])
+    # two 1000-byte frames back to back, then a 100-byte probe behind them
+    net.send("a", [(0, _pkt(1)), (0, _pkt(2)), (0, _pkt(3, n=100 - wire.HEADER_LEN))])
+    net.run(1.0)
+    # the first frame: 1 ms per hop, three hops, then the propagation
+    # the second: pipelined, one frame time behind it; the probe waits for it at each hop
+    assert [round(t, 6) for t, _ in b.got] == [0.004, 0.005, 0.0051]
+    with pytest.raises(ValueError, match="hops=0"):
+        PathSpec(hops=0)
+
+
+def test_evs_sharing_a_first_hop_queue_behind_each_other():
+    a, b = Echo(), Echo()
+    net = FakeNet(1)
+    net.connect("a", a, "b", b, [PathSpec(delay=1e-3, rate=1e6, hops=2)] * 4)
+    net.share_first_hop("a", "b", [0, 1])  # one NIC for EVs 0 and 1; 2 and 3 their own
+    net.send("a", [(ev, _pkt(ev)) for ev in range(4)])
+    net.run(1.0)
+    at = {wire.parse(d).psn: round(t, 6) for t, d in b.got}
+    # EV 1 waits for EV 0 at the shared hop only; EVs 2 and 3 leave at once
+    assert at == {0: 0.003, 1: 0.004, 2: 0.003, 3: 0.003}
+    with pytest.raises(ValueError, match=r"EVs \[7\]"):
+        net.share_first_hop("a", "b", [0, 7])
+
+
 def test_death_and_revival():
     a, b = Echo(), Echo()
     net = FakeNet(2)
