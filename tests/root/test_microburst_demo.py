@@ -236,8 +236,13 @@ def armed_failures_fired(fab: Fabric, lead_s: float = 0.05) -> None:
     with excused(host.check_worst(t, applied, STARTED_WAIT_S - FEW_MS / 1e3, "after the instant")):
         assert None not in offsets and len(offsets) == 6
     known = [v for v in offsets if v is not None]
-    with excused(host.check_worst(t, t + max(known) / 1e3, FEW_MS / 1e3, "at the instant")):
-        assert max(offsets) - min(offsets) < FEW_MS, starts
+    # Six senders share the host's two CPUs: while the host holds a CPU away, the senders
+    # due on it wait, so only the spread beyond the longest such hold counts against the
+    # common start (a hold beyond FEW_MS makes the try inconclusive).
+    span = (t, t + max(known) / 1e3)
+    hold_ms = host.worst(*span) * 1e3
+    with excused(host.check_worst(*span, FEW_MS / 1e3, "at the instant")):
+        assert max(offsets) - min(offsets) - hold_ms < FEW_MS, (hold_ms, starts)
     mb = armed[0]
     on_s, every_s = mb.spec.on_ms / 1e3, mb.spec.every_ms / 1e3
     for s, r in zip(starts, restored, strict=True):
