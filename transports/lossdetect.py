@@ -55,7 +55,7 @@ whose ACK names it exactly, below; A and B have the evidence by construction).
 Then the EV is retired (transports/evtable.py) and, so that a dead path does not
 hold the window until each of its packets times out, more of its packets are
 declared lost: after B those that B's timing condemns (without ``dupthresh``),
-after a blamed RTO all of them; a blamed RTO also quick-adapts the window, and the
+after a blamed RTO all sent before it came due; it also quick-adapts the window, and the
 first lost packet waiting is resent at once, past the window (RFC 6298, 5.4: packets
 of live EVs still counted in flight would otherwise hold it until their own RTOs).
 
