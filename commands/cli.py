@@ -368,8 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
           "DBLP vs MRC time to target loss under bursts", "fewer steps").add_argument(
         "--out", help="results directory (default results/bench-training-TIME)")
     bench("bursts", "MRC vs RC through microbursts onto the receiver's host ports, on the "
-          "fake network: worst and mean step over many burst phases (no root)",
-          "8 phases per message size instead of 30")
+          "fake network: bursts by step, swept over the step cycle; worst, typical and "
+          "paired burst steps (no root)",
+          "16 alignments x 2 repetitions per message size instead of 48 x 3")
     bench("robustness", "hostile datagrams a receiver absorbs while a transfer keeps 90 %% "
           "of its goodput, drivers' memory under a flapping and a gray link, the largest "
           "fabric this machine builds", "fewer kinds, rates and sizes")

@@ -129,15 +129,14 @@ def _pair(kind: str, net: FakeNet, seed: int, bench: BurstBench) -> tuple[Messag
     back = PathSpec(delay=(bench.hops + 1) * bench.hop_latency_s, rate=rate, buffer=buffer,
                     hops=bench.hops + 1)
     net.connect("a", a, "b", b, [there] * len(nics), [back] * len(nics))
-    for plane in set(nics):  # each end's NIC on a plane: one FIFO for its EVs
-        evs = [ev for ev, nic in enumerate(nics) if nic == plane]
+    planes = [[ev for ev, nic in enumerate(nics) if nic == plane] for plane in sorted(set(nics))]
+    for evs in planes:  # each end's NIC on a plane: one FIFO for its EVs
         net.share_first_hop("a", "b", evs)
         net.share_first_hop("b", "a", evs)
     if kind == "rc":
-        return a, [net.port("a", "b", rate=bench.port_rate, buffer=buffer, frames=frames)]
-    return a, [net.port("a", "b", rate=bench.port_rate, buffer=buffer, frames=frames,
-                        evs=[ev for ev, nic in enumerate(nics) if nic == plane])
-               for plane in (0, 1)]
+        return a, [net.port("a", "b", rate=rate, buffer=buffer, frames=frames)]
+    return a, [net.port("a", "b", rate=rate, buffer=buffer, frames=frames, evs=evs)
+               for evs in planes]
 
 
 def _arrived(net: FakeNet, sent: int, received: int) -> Callable[[], bool]:

@@ -116,8 +116,11 @@ class _Fifo:
 class _Dir:
     spec: PathSpec
     first: _Fifo = field(default_factory=_Fifo)  # the first hop's FIFO (EVs may share one)
-    later: list[float] = field(default_factory=list)  # each later hop's busy_until
+    later: list[float] = field(init=False)  # each later hop's busy_until
     dead: list[tuple[float, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.later = [0.0] * (self.spec.hops - 1)
 
     def is_dead(self, t: float) -> bool:
         return any(a <= t < b for a, b in self.dead)
@@ -387,12 +390,9 @@ class FakeNet:
                     rec.fate = "queue_drop"
                     continue
                 t = fifo.busy_until = start + size / spec.rate
-                if spec.hops > 1:  # store and forward: each hop sends it whole, in order
-                    later = d.later
-                    while len(later) < spec.hops - 1:
-                        later.append(0.0)
-                    for k in range(spec.hops - 1):
-                        t = later[k] = max(t, later[k]) + size / spec.rate
+                later = d.later  # store and forward: each hop sends it whole, in order
+                for k in range(len(later)):
+                    t = later[k] = max(t, later[k]) + size / spec.rate
             t += spec.delay
             if spec.jitter:
                 t += rng.random() * spec.jitter

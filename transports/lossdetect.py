@@ -755,9 +755,9 @@ class LossDetector:
         self.sel.feedback(ev, kind)
         retired = self.paths.retire(ev, now, self.rto(ev))
         if kind == TIMEOUT:  # silent for an RTO while later packets got through: all lost
-            self._flush(ev, now, everything=True, since=due)
+            self._flush(ev, now, since=due)
         elif retired and reason in ("loss_cross_ev", "loss_reorder"):
-            self._flush(ev, now, everything=False)
+            self._flush(ev, now)
         self._blame(p.psn, ev, now)
 
     def _blame(self, psn: int, ev: int, now: float) -> None:
@@ -774,12 +774,12 @@ class LossDetector:
                 break
             del blame[oldest]
 
-    def _flush(self, ev: int, now: float, everything: bool, since: float = INF) -> None:
-        """The path went silent: every packet out on it (``everything``: after a blamed RTO,
-        but for those sent ``since`` it came due, a retransmission that left while the
-        timer waited to run: no silence of the path can have judged them), or every one
-        that rule B's timing condemns (without its ``dupthresh``: after B), is lost too, so
-        a dead path does not hold the window until each times out."""
+    def _flush(self, ev: int, now: float, since: float | None = None) -> None:
+        """The path went silent: every packet out on it sent before ``since`` (after a
+        blamed RTO, ``since`` when it came due: a retransmission that left while the timer
+        waited to run was judged by no silence of the path), or, without ``since``, every
+        one that rule B's timing condemns (without its ``dupthresh``: after B), is lost
+        too, so a dead path does not hold the window until each times out."""
         inflight = self.inflight
         q = self.ev_q[ev]
         n = self.nic_of[ev]
@@ -790,7 +790,7 @@ class LossDetector:
             p = inflight.get(psn)
             if p is None or p.seq != seq or p.lost:
                 continue
-            if (p.sent >= since if everything else not self._condemned(p, now, hi, hi_rtt)):
+            if (not self._condemned(p, now, hi, hi_rtt) if since is None else p.sent >= since):
                 keep.append((seq, psn))
                 continue
             self.snd.requeue(p, "loss_ev_flush")
