@@ -9,8 +9,13 @@ This bench runs the transports' own logic through the demo's burst geometry:
   datagrams whatever their size (the fabric's pfifo: a probe takes a slot as a full
   frame does); during a burst three sources at line rate enter each port with 8102-byte
   frames (both planes at one instant, as the demo arms them) for 50 ms;
-- a training step is a ring all-reduce's six sequential messages into the receiver
-  (each must arrive before the next is posted), then 40 ms of compute;
+- a training step is a ring all-reduce's six messages into the receiver, then 40 ms of
+  compute. In a ring of ``ring_ranks`` the sender's message k waits for its message k -
+  ``ring_ranks`` to arrive and be forwarded by the other ranks (``relay_s``: a clean
+  one-way trip of the message per other rank), so up to four are in flight at once, as
+  the fabric's captures show (`emu run` with tcpdump on the sender's ports); the step
+  ends once every message has arrived and every send is acknowledged (the collective
+  waits for its sends at the end);
 - the paths are the fabric's: three store-and-forward hops at the link rate before the
   receiver's port (host, leaf, spine), four back, 7 us per hop besides serialization
   (the fabric's 119 us ping over eight hops), the EVs of one plane sharing their
@@ -52,7 +57,9 @@ from typing import Any
 
 from transports.fakenet import FakeNet, PathSpec, Port
 from transports.message import MessageCore
+from transports.mrc import MrcConfig
 from transports.plan import DEFAULT_CONFIG, make_core
+from transports.wire import HEADER_LEN
 
 __all__ = ["BurstBench", "alignments", "bench_bursts", "run_alignment"]
 
@@ -75,6 +82,7 @@ class BurstBench:
     hops: int = 3  # store-and-forward hops at port_mbit before the receiver's port
     hop_latency_s: float = 7e-6  # per hop besides serialization
     messages_per_step: int = 6
+    ring_ranks: int = 4  # the sender's messages in flight: one per rank of the ring
     compute_s: float = 0.040
     sizes: tuple[int, ...] = (9_930, 40_000, 160_000)  # bytes; the first: the demo's chunk
     alignments: int = 48  # points of the step cycle per repetition
@@ -90,9 +98,9 @@ class BurstBench:
             (self.hop_latency_s >= 0, f"hop_latency_s={self.hop_latency_s!r} must be >= 0"),
             (self.on_s > 0, f"on_s={self.on_s!r} must be > 0"),
             (min(self.bursts, self.warmup_steps, self.every_steps, self.messages_per_step,
-                 self.alignments, self.repetitions) >= 1,
-             "bursts, warmup_steps, every_steps, messages_per_step, alignments and "
-             "repetitions must be >= 1"),
+                 self.ring_ranks, self.alignments, self.repetitions) >= 1,
+             "bursts, warmup_steps, every_steps, messages_per_step, ring_ranks, alignments "
+             "and repetitions must be >= 1"),
             (bool(self.sizes) and min(self.sizes) >= 1,
              f"sizes={self.sizes!r} must be message sizes >= 1 byte"),
         )
@@ -109,6 +117,15 @@ class BurstBench:
     def drain_s(self) -> float:
         """How long a full port takes to drain (its frames at the port's rate)."""
         return self.queue_frames * self.frame_bytes / self.port_rate
+
+    def relay_s(self, size: int) -> float:
+        """How long the ring's other ranks take to pass a ``size``-byte message on (each a
+        clean one-way trip: the message at the link rate, its first frame store-and-forward
+        over the hops, their latency): what the sender's message k waits for after its
+        message k - ``ring_ranks`` has arrived."""
+        frame = min(size, MrcConfig.mtu_payload) + HEADER_LEN  # (RC's is the same)
+        one_way = (size + self.hops * frame) / self.port_rate + self.hops * self.hop_latency_s
+        return (self.ring_ranks - 1) * one_way
 
 
 def _pair(kind: str, net: FakeNet, seed: int, bench: BurstBench) -> tuple[MessageCore, list[Port]]:
@@ -139,10 +156,44 @@ def _pair(kind: str, net: FakeNet, seed: int, bench: BurstBench) -> tuple[Messag
                for evs in planes]
 
 
-def _arrived(net: FakeNet, sent: int, received: int) -> Callable[[], bool]:
-    """Whether the sender has completed more than ``sent`` messages and the receiver
-    ``received``."""
-    return lambda: len(net.done["a"]) > sent and len(net.done["b"]) >= received
+def _beyond(net: FakeNet, name: str, count: int) -> Callable[[], bool]:
+    """Whether ``name`` has completed more than ``count`` messages."""
+    return lambda: len(net.done[name]) > count
+
+
+def _ring_step(net: FakeNet, msg: int, size: int, rnd: random.Random, bench: BurstBench,
+               kind: str, align: float, seed: int) -> int:
+    """One step's messages ``msg + 1 ...`` from ``a`` to ``b`` as a ring posts them (the
+    first ``ring_ranks`` at once, then one ``relay_s`` after each arrival: the ring's
+    next message); returns once all arrived and ``a`` has completed every send. The last
+    message number."""
+    n, depth, relay = bench.messages_per_step, bench.ring_ranks, bench.relay_s(size)
+    sent, received = len(net.done["a"]), len(net.done["b"])
+    out: list[tuple[bytes, bytearray]] = []
+
+    def post() -> None:
+        data, buf = rnd.randbytes(size), bytearray(size)
+        out.append((data, buf))
+        net.post_recv("b", msg + len(out), buf)
+        net.post_send("a", msg + len(out), data)
+
+    for _ in range(min(depth, n)):
+        post()
+    seen = received
+    while seen < received + n:
+        # MRC places out of order: messages may complete out of order too
+        net.run(net.now + 60.0, stop=_beyond(net, "b", seen))
+        for c in net.done["b"][seen:]:
+            if c.msg + depth <= msg + n:  # its successor around the ring, once passed on
+                net.at(max(net.now, c.t + relay), post)
+        seen = len(net.done["b"])
+    net.run(net.now + 60.0, stop=_beyond(net, "a", sent + n - 1))
+    done = net.done["a"][sent:]
+    for i, (data, buf) in enumerate(out):
+        if buf != data or len(done) < n or not all(c.ok for c in done):
+            raise AssertionError(f"{kind}: message {msg + i + 1} ({size} B, alignment "
+                                 f"{align:.3f}, seed {seed}) did not arrive byte-exact")
+    return msg + n
 
 
 def run_alignment(kind: str, size: int, align: float, seed: int,
@@ -174,15 +225,7 @@ def run_alignment(kind: str, size: int, align: float, seed: int,
                                rate=bench.sources * bench.port_rate, port=port,
                                frame=bench.frame_bytes)
         t0 = net.now
-        for _ in range(bench.messages_per_step):
-            msg += 1
-            data, buf = rnd.randbytes(size), bytearray(size)
-            net.post_recv("b", msg, buf)
-            net.post_send("a", msg, data)
-            net.run(net.now + 60.0, stop=_arrived(net, len(net.done["a"]), msg))
-            if buf != data or not (net.done["a"] and net.done["a"][-1].ok):
-                raise AssertionError(f"{kind}: message {msg} ({size} B, alignment "
-                                     f"{align:.3f}, seed {seed}) did not arrive byte-exact")
+        msg = _ring_step(net, msg, size, rnd, bench, kind, align, seed)
         steps.append((t0, net.now - t0))
         net.run(net.now + bench.compute_s)
     # the steps that overlap a burst or its drain

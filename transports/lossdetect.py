@@ -8,10 +8,16 @@ Loss detection (sprayed traffic reorders across paths, not within one):
   B. across the EVs of one NIC (plane): a packet is lost when a packet ``dupthresh``
      transmissions later on an EV of its NIC has been acknowledged *and* it has been
      out longer than its own EV's
-     loss bound ``max(srtt * (1 + reorder_frac) + reorder_min, srtt + 4 rttvar)`` (an
-     RTO of that EV without the floor: a slow path is not blamed for being slower
-     than a fast one) and than the RTT of the latest-sent packet acknowledged plus
-     the EV's ``reo_wnd`` (RACK: a queue that every EV crosses is not a loss).
+     loss bound ``max(srtt * (1 + reorder_frac) + reorder_min, min(srtt + 4 rttvar,
+     3 srtt))`` (about an RTO of that EV without the floor: a slow path is not blamed
+     for being slower than a fast one; capped at three smoothed RTTs because a queue
+     that came and went leaves a variance of its whole depth, and ``srtt + 4 rttvar``
+     then outlasts the very queue the evidence just crossed: under the demo's host-port
+     bursts it held rule B near the RTO, 45 ms past the RTT of the packets that got
+     through; an EV without RTT samples of its own takes the overall estimator's
+     uncapped, as it mixes packet sizes) and than the RTT of the latest-sent packet
+     acknowledged plus the EV's ``reo_wnd`` (RACK: a queue that every EV crosses is
+     not a loss).
      Fewer than ``dupthresh`` later transmissions (a message's short tail, say) are
      enough for the reorder timer (RACK's, RFC 8985; ``MrcConfig.reorder_timer``),
      which fires when the oldest packet out has been out longer than its EV's loss
@@ -291,6 +297,13 @@ class LossDetector:
             while len(self.probed) > MAX_TAIL_PROBES:
                 del self.probed[next(iter(self.probed))]
         self.tail_due.clear()
+
+    def answers_probe(self, ts_echo: int) -> bool:
+        """Whether an ACK echoing ``ts_echo`` answers a tail or plane probe: its RTT is a
+        header's, not a packet's (no serialization behind the packets before it on its
+        NIC, none at each hop), so it is kept out of the RTT estimators that judge
+        packets."""
+        return ts_echo in self.tail_probes or ts_echo in self.plane_probes
 
     def tail_answered(self, ts_echo: int, now: float) -> bool:
         """Whether the ACK echoing ``ts_echo`` answers a tail or plane probe (then acted
@@ -799,11 +812,17 @@ class LossDetector:
         self.ev_q[ev] = keep
 
     def _loss_bound(self, ev: int) -> float:
-        """How long a packet on ``ev`` may be out before rule B calls it lost: the EV's RTO
-        without floor, at least srtt * (1 + reorder_frac) + reorder_min."""
-        est = self.rtt[ev] if self.rtt[ev].srtt else self.srtt
+        """How long a packet on ``ev`` may be out before rule B calls it lost: the EV's
+        ``srtt + 4 rttvar`` up to ``3 srtt``, at least ``srtt * (1 + reorder_frac) +
+        reorder_min`` (before the EV's first RTT sample: the overall estimator's, uncapped)."""
         cfg = self.cfg
-        return max(est.srtt * (1 + cfg.reorder_frac) + cfg.reorder_min, est.bound())
+        est = self.rtt[ev]
+        if not est.srtt:  # the other EVs' RTTs, of other packet sizes: their whole spread
+            # (a message's small last packet on one plane, its full ones on the other)
+            est = self.srtt
+            return max(est.srtt * (1 + cfg.reorder_frac) + cfg.reorder_min, est.bound())
+        return max(est.srtt * (1 + cfg.reorder_frac) + cfg.reorder_min,
+                   min(est.bound(), 3.0 * est.srtt))
 
     def undo(self, psn: int, now: float, via: int) -> None:
         """An ACK came back on EV ``via`` for a copy of ``psn`` sent on it: if the loss of

@@ -372,7 +372,8 @@ class MrcCore(MessageCore):
             r = now - ts_echo * 1e-9
             if 0 < r < 60.0:
                 rtt = r
-                loss.sample(ev, r)
+                if not loss.answers_probe(ts_echo):  # a header's RTT is not a packet's
+                    loss.sample(ev, r)
             else:
                 self.stats["bad_ts_echo"] += 1
         self.cc.on_ack(newly, rtt, now, ev)

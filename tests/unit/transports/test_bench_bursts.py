@@ -57,6 +57,39 @@ def test_every_burst_starts_at_the_alignment_of_its_step(monkeypatch, kind, alig
     assert r["cycle_s"] == pytest.approx(r["healthy_s"] + SHORT.compute_s)
 
 
+@pytest.mark.parametrize("kind", ["mrc", "rc"])
+def test_a_step_posts_its_messages_as_a_ring_does(monkeypatch, kind):
+    # The first ring_ranks messages of a step go at once; each later one waits for an
+    # earlier one to arrive and the other ranks to pass it on (relay_s).
+    posted: dict[int, float] = {}
+    arrived: dict[int, float] = {}
+    real_send, real_collect = FakeNet.post_send, FakeNet._collect
+
+    def post_send(net, name, msg, data):
+        posted[msg] = net.now
+        return real_send(net, name, msg, data)
+
+    def collect(net, name):
+        before = len(net.done[name])
+        real_collect(net, name)
+        if name == "b":
+            for c in net.done[name][before:]:
+                arrived[c.msg] = c.t
+
+    monkeypatch.setattr(FakeNet, "post_send", post_send)
+    monkeypatch.setattr(FakeNet, "_collect", collect)
+    run_alignment(kind, 9_930, 0.3, seed=2, bench=SHORT)
+    n, depth = SHORT.messages_per_step, SHORT.ring_ranks
+    relay = SHORT.relay_s(9_930)
+    assert 0 < relay < 0.01  # three clean one-way trips of two frames
+    for first in range(1, len(posted) + 1, n):  # each step
+        step = range(first, first + n)
+        assert all(posted[m] == posted[first] for m in step[:depth])
+        # (MRC may complete them out of order: each arrival sends the ring's next one)
+        later = sorted(posted[m] for m in step[depth:])
+        assert later == pytest.approx(sorted(arrived[m] + relay for m in step[:n - depth]))
+
+
 def test_alignments_cover_the_cycle_and_differ_by_repetition():
     for rep in range(3):
         points = alignments(SHORT, rep)
@@ -101,6 +134,8 @@ def test_bad_geometry_alignment_and_transport_are_named():
         BurstBench(on_s=0)
     with pytest.raises(ValueError, match="every_steps"):
         BurstBench(every_steps=0)
+    with pytest.raises(ValueError, match="ring_ranks"):
+        BurstBench(ring_ranks=0)
     with pytest.raises(ValueError, match="align=1.0"):
         run_alignment("mrc", 1000, 1.0, 1, SHORT)
     with pytest.raises(ValueError, match="'tcp'"):

@@ -4,7 +4,8 @@ A lost tail (nothing sent after it to reveal it) is probed two smoothed RTTs aft
 last activity (RACK-TLP's PTO), not after an RTO, which RTT samples taken under a queue
 that came and went push far beyond that (``srtt + 4 rttvar``); the probe strikes nothing.
 And when several packets of a tail time out together, each is probed in that one round:
-the strike the first one takes does not defer the others by a doubled RTO.
+the strike the first one takes does not defer the others by a doubled RTO. The answer
+to a tail probe is no RTT sample: a header's round trip is not a packet's.
 """
 
 import random
@@ -100,3 +101,18 @@ def test_a_tail_lost_together_is_probed_in_one_round():
               and r.flags & wire.FLAG_TAIL}
     assert probed == {1, 2} and a.stats["tx_tail_probe"] == 4  # ... probed both packets
     assert abs(r1.t - r2.t) < 1 * MS  # resent together, not a doubled RTO apart
+
+
+def test_the_answer_to_a_tail_probe_is_no_rtt_sample():
+    # a header's RTT (no serialization anywhere) would pull the estimate below a packet's
+    net, a, b = setup(4)
+    send(net, 1, random.Random(5).randbytes(4 * CFG.mtu_payload))
+    samples: list[float] = []
+    answers: list[float] = []
+    real_sample, real_answer = a.loss.sample, a.loss.on_tail_answer
+    a.loss.sample = lambda ev, rtt: (samples.append(net.now), real_sample(ev, rtt))[1]
+    a.loss.on_tail_answer = lambda probe, now: (answers.append(now), real_answer(probe, now))[1]
+    lose_first_copies(net, [4 + 3])  # message 2's last packet (PSNs 4..7): a lost tail
+    send(net, 2, random.Random(6).randbytes(4 * CFG.mtu_payload))
+    assert answers and a.stats["loss_tail_probe"] == 1
+    assert samples and not set(answers) & set(samples)

@@ -8,6 +8,11 @@ RTO, which also strikes and cuts the window). With it the
 resend goes when rule B's timing (with a reorder window of the RTT the tail took and
 the ACK delay) says so. Reordering between paths of different lengths, and a queue
 every path crosses, condemn nothing.
+
+Rule B's loss bound is about an RTO of the packet's EV without the floor, capped at
+three smoothed RTTs: a queue that came and went leaves a variance of its whole depth,
+and ``srtt + 4 rttvar`` outlasts the queue itself. An EV without RTT samples of its own
+takes the overall estimator's bound, uncapped (it mixes other packet sizes' RTTs).
 """
 
 from dataclasses import replace
@@ -24,8 +29,8 @@ EVS = 4
 TWO_PACKETS = CFG.mtu_payload + 1000
 
 
-def setup(seed, reorder_timer=True, delays=(0.25 * MS,) * EVS, jitter=0.0):
-    cfg = replace(CFG, reorder_timer=reorder_timer)
+def setup(seed, reorder_timer=True, delays=(0.25 * MS,) * EVS, jitter=0.0, **knobs):
+    cfg = replace(CFG, reorder_timer=reorder_timer, **knobs)
     a, b = MrcCore(3, EVS, cfg, seed), MrcCore(3, EVS, cfg, seed + 50)
     net = FakeNet(seed)
     net.connect("a", a, "b", b, [PathSpec(delay=d, jitter=jitter) for d in delays])
@@ -128,3 +133,38 @@ def test_a_queue_every_path_crosses_condemns_nothing(seed):
     assert port.dropped == port.other_dropped == 0 and port.other_bytes > 0
     st = a.stats
     assert st["loss_reorder"] == st["tx_retx"] == st["tx_retx_spurious"] == 0
+
+
+def test_a_loss_after_a_queue_came_and_went_is_resent_within_three_srtts():
+    net, a, b = setup(1, pto=False)  # rule B alone: a tail probe would find it first here
+    net.port("a", "b", rate=25e6, buffer=8 << 20)
+    net.port_burst("a", "b", 1 * MS, 1 * MS + 50e-6, rate=1_000_000 / 50e-6)  # 40 ms queue
+    net.run(0.5 * MS)
+    send(net, 1, bytes(40 * CFG.mtu_payload))
+    net.run(net.now + 60 * MS)  # drained
+    loss = a.loss
+    est = [loss.rtt[ev] for ev in range(EVS)]
+    uncapped = max(e.bound() for e in est)
+    capped = max(3 * e.srtt for e in est)
+    assert uncapped > capped + 10 * MS  # the variance outlasts three smoothed RTTs
+    assert all(loss._loss_bound(ev) <= 3 * est[ev].srtt + 1e-12 for ev in range(EVS))
+    lost, _ = lose_head_of_next_message(net, a)  # the later ones of the message get through
+    t0 = net.now
+    before = dict(a.stats)
+    send(net, 2, bytes([2]) * 8 * CFG.mtu_payload)
+    (r,) = [x for x in data_records(net, lost) if x.flags & wire.FLAG_RETX]
+    assert r.t - t0 <= capped + 1 * MS < uncapped  # by the capped bound, not the variance
+    new = {k: a.stats[k] - before.get(k, 0) for k in a.stats}
+    assert new.get("loss_cross_ev", 0) + new.get("loss_reorder", 0) == 1  # rule B found it
+    assert new["tx_retx"] == 1 and b.stats["dup_data"] == 0  # nothing else was resent
+
+
+def test_an_ev_without_samples_is_judged_by_the_overall_estimate_uncapped():
+    net, a, b = setup(2)
+    send(net, 1, bytes(CFG.mtu_payload))  # one packet: one EV's sample
+    loss = a.loss
+    fresh = [ev for ev in range(EVS) if not loss.rtt[ev].srtt]
+    assert fresh
+    loss.srtt.srtt, loss.srtt.rttvar = 1 * MS, 2 * MS  # other sizes' spread: 9 ms > 3 srtt
+    for ev in fresh:
+        assert loss._loss_bound(ev) == loss.srtt.bound()
