@@ -10,12 +10,12 @@ This bench runs the transports' own logic through the demo's burst geometry:
   frame does); during a burst three sources at line rate enter each port with 8102-byte
   frames (both planes at one instant, as the demo arms them) for 50 ms;
 - a training step is a ring all-reduce's six messages into the receiver, then 40 ms of
-  compute. In a ring of ``ring_ranks`` the sender's message k waits for its message k -
-  ``ring_ranks`` to arrive and be forwarded by the other ranks (``relay_s``: a clean
-  one-way trip of the message per other rank), so up to four are in flight at once, as
-  the fabric's captures show (`emu run` with tcpdump on the sender's ports); the step
-  ends once every message has arrived and every send is acknowledged (the collective
-  waits for its sends at the end);
+  compute. In a ring of ``ring_ranks`` the sender posts its first ``ring_ranks`` at
+  once and each later one once an earlier one has arrived and been passed on by the
+  other ranks (``relay_s``: a clean one-way trip of the message per other rank), so up
+  to four are in flight, as captures of the fabric's host ports during a training run
+  show; the step ends once every message has arrived and every send is acknowledged
+  (the collective waits for its sends at the end);
 - the paths are the fabric's: three store-and-forward hops at the link rate before the
   receiver's port (host, leaf, spine), four back, 7 us per hop besides serialization
   (the fabric's 119 us ping over eight hops), the EVs of one plane sharing their
@@ -121,8 +121,8 @@ class BurstBench:
     def relay_s(self, size: int) -> float:
         """How long the ring's other ranks take to pass a ``size``-byte message on (each a
         clean one-way trip: the message at the link rate, its first frame store-and-forward
-        over the hops, their latency): what the sender's message k waits for after its
-        message k - ``ring_ranks`` has arrived."""
+        over the hops, their latency): how long after one of the sender's messages
+        arrives the ring lets it post the next."""
         frame = min(size, MrcConfig.mtu_payload) + HEADER_LEN  # (RC's is the same)
         one_way = (size + self.hops * frame) / self.port_rate + self.hops * self.hop_latency_s
         return (self.ring_ranks - 1) * one_way

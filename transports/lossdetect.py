@@ -13,8 +13,8 @@ Loss detection (sprayed traffic reorders across paths, not within one):
      for being slower than a fast one; capped at three smoothed RTTs because a queue
      that came and went leaves a variance of its whole depth, and ``srtt + 4 rttvar``
      then outlasts the very queue the evidence just crossed: under the demo's host-port
-     bursts it held rule B near the RTO, 45 ms past the RTT of the packets that got
-     through; an EV without RTT samples of its own takes the overall estimator's
+     bursts it held rule B near the RTO, 45 ms after the ACKs of the packets that got
+     through showed the loss; an EV without RTT samples of its own takes the overall estimator's
      uncapped, as it mixes packet sizes) and than the RTT of the latest-sent packet
      acknowledged plus the EV's ``reo_wnd`` (RACK: a queue that every EV crosses is
      not a loss).
