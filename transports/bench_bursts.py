@@ -189,8 +189,9 @@ def _ring_step(net: FakeNet, msg: int, size: int, rnd: random.Random, bench: Bur
         seen = len(net.done["b"])
     net.run(net.now + 60.0, stop=_beyond(net, "a", sent + n - 1))
     done = net.done["a"][sent:]
+    sends_ok = len(done) >= n and all(c.ok for c in done)
     for i, (data, buf) in enumerate(out):
-        if buf != data or len(done) < n or not all(c.ok for c in done):
+        if buf != data or not sends_ok:
             raise AssertionError(f"{kind}: message {msg + i + 1} ({size} B, alignment "
                                  f"{align:.3f}, seed {seed}) did not arrive byte-exact")
     return msg + n

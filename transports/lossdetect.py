@@ -817,12 +817,13 @@ class LossDetector:
         reorder_min`` (before the EV's first RTT sample: the overall estimator's, uncapped)."""
         cfg = self.cfg
         est = self.rtt[ev]
-        if not est.srtt:  # the other EVs' RTTs, of other packet sizes: their whole spread
+        if est.srtt:
+            bound = min(est.bound(), 3.0 * est.srtt)
+        else:  # the other EVs' RTTs, of other packet sizes: their whole spread
             # (a message's small last packet on one plane, its full ones on the other)
             est = self.srtt
-            return max(est.srtt * (1 + cfg.reorder_frac) + cfg.reorder_min, est.bound())
-        return max(est.srtt * (1 + cfg.reorder_frac) + cfg.reorder_min,
-                   min(est.bound(), 3.0 * est.srtt))
+            bound = est.bound()
+        return max(est.srtt * (1 + cfg.reorder_frac) + cfg.reorder_min, bound)
 
     def undo(self, psn: int, now: float, via: int) -> None:
         """An ACK came back on EV ``via`` for a copy of ``psn`` sent on it: if the loss of
