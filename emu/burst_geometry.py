@@ -51,7 +51,8 @@ class BurstGeometry:
 
     ``arrival_mbit``: what all ``sources`` together bring to the target while they
     burst; ``target_mbit`` and ``queue_packets``: the target egress's rate and FIFO;
-    ``frame_bytes``: one burst frame on the wire; ``every_ms`` (optional): the period;
+    ``frame_bytes``: one burst frame on the wire; ``every_ms`` (optional): the period
+    (the shortest one, if jittered);
     ``rtt_ms`` (optional): an RTT of the traffic through the target.
     """
 
@@ -217,7 +218,8 @@ def geometry(topo: MultiPlaneClos | ScaleAcross, spec: MicroburstSpec,
     routes = plan_routes(topo, spec) if routes is None else routes
     link = egress_link(topo, target)
     frames = [route_frame_bytes(r, spec.payload) for r in routes]
-    every = spec.every_ms if spec.schedule is None else None
+    # a jittered pattern's closest bursts decide whether its queue empties between them
+    every = spec.every_ms - spec.jitter_ms if spec.schedule is None else None
     return BurstGeometry(len(routes), arrival_mbit(topo, routes, target, spec.rate_mbit),
                          link.spec.rate_mbit, link.spec.queue_packets,
                          round(sum(frames) / len(frames)), spec.longest_on_ms, every, rtt_ms)

@@ -34,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import random
 import resource
 import select
 import signal
@@ -56,13 +57,24 @@ MAX_RECORDS = 20000  # per-burst timing records a source keeps (the latest ones)
 FRAME_OVERHEAD = 14 + 40 + 8  # Ethernet, IPv6 and UDP headers around SRH + payload
 
 
+def jitter_offset(seed: int, k: int, jitter: float) -> float:
+    """How late burst ``k`` of a jittered pattern starts after its slot (s, in
+    [0, ``jitter``)): drawn from ``seed`` and ``k`` alone, so the parent's record of the
+    windows and every sender (each its own process) agree without sharing a stream."""
+    if jitter <= 0.0:
+        return 0.0
+    return random.Random(f"{seed}:{k}").random() * jitter
+
+
 def periodic(t0: float, w: dict[str, Any]) -> Iterator[tuple[float, float]]:
     """Absolute windows of a periodic pattern (``start``, ``on``, ``every``, ``until``,
-    seconds relative to ``t0``; ``until`` None: unbounded)."""
+    seconds relative to ``t0``; ``until`` None: unbounded; optional ``jitter`` and
+    ``seed``: each burst starts up to ``jitter`` after its slot, see ``jitter_offset``)."""
     until = t0 + w["until"] if w["until"] is not None else math.inf
+    jitter, seed = w.get("jitter", 0.0), w.get("seed", 0)
     k = 0
     while True:
-        a = t0 + w["start"] + k * w["every"]
+        a = t0 + w["start"] + k * w["every"] + jitter_offset(seed, k, jitter)
         if a >= until:
             return
         yield a, min(a + w["on"], until)

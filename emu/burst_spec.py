@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from emu.burst_sender import HEADER
+from emu.burst_sender import HEADER, jitter_offset
 from emu.errors import EmuError
 from topologies import validate
 
@@ -38,10 +38,17 @@ class MicroburstSpec:
     ``"p0l3:s1"``: leaf p0l3's uplink to spine 1). Every ``every_ms`` from
     ``start_s`` (seconds after start) each source sends for ``on_ms`` at
     ``rate_mbit`` (wire rate; None: as fast as its NIC takes, i.e. line rate),
-    until ``duration_s`` (None: until stopped). ``schedule``, if given,
-    replaces the periodic pattern with explicit ``(start_s, duration_ms)``
-    bursts (sorted, not overlapping); ``start_s`` and ``duration_s`` must then
-    keep their defaults. ``seed`` breaks ties between equally good paths.
+    until ``duration_s`` (None: until stopped). ``jitter_ms`` > 0 starts each burst
+    up to that much after its slot (drawn from ``seed`` and the burst's number, so
+    bursts of one seed on several planes stay together and every run gets the same
+    pattern): a strictly periodic burst meets a training loop whose step divides its
+    period at the same phase of the step every time, and that phase is set by the
+    transport's own step time, so two transports would meet different bursts.
+    ``on_ms + jitter_ms`` must stay below ``every_ms`` (bursts never overlap).
+    ``schedule``, if given, replaces the periodic pattern with explicit
+    ``(start_s, duration_ms)`` bursts (sorted, not overlapping); ``start_s``,
+    ``duration_s`` and ``jitter_ms`` must then keep their defaults. ``seed`` also
+    breaks ties between equally good paths.
 
     ``mode`` says what the burst is meant to do at its target FIFO, checked against
     the fabric before anything runs (emu.burst_geometry): ``"drop"``: overflow it
@@ -61,6 +68,7 @@ class MicroburstSpec:
     payload: int = 8000
     seed: int = 0
     mode: str = "any"
+    jitter_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str) or self.target.count(":") != 1:
@@ -77,6 +85,11 @@ class MicroburstSpec:
         if every <= on:
             raise MicroburstError(f"every_ms={self.every_ms!r} is invalid: must be > "
                                   f"on_ms={self.on_ms!r} (a burst period longer than the burst)")
+        jitter = check_number("jitter_ms", self.jitter_ms, 0.0, lo_open=False)
+        if on + jitter >= every:
+            raise MicroburstError(f"jitter_ms={self.jitter_ms!r} is invalid: on_ms + jitter_ms "
+                                  f"must stay below every_ms={self.every_ms!r} (bursts must "
+                                  "not overlap)")
         if self.rate_mbit is not None:
             check_number("rate_mbit", self.rate_mbit, 0.0)
         check_number("start_s", self.start_s, 0.0, lo_open=False)
@@ -98,10 +111,11 @@ class MicroburstSpec:
         if not isinstance(sched, tuple) or not sched:
             raise MicroburstError(f"schedule={sched!r} is invalid: must be a non-empty tuple "
                                   "of (start_s, duration_ms) pairs, or None")
-        if self.start_s != 0.0 or self.duration_s is not None:
+        if self.start_s != 0.0 or self.duration_s is not None or self.jitter_ms != 0.0:
             raise MicroburstError(
-                f"start_s={self.start_s!r} and duration_s={self.duration_s!r} are invalid with "
-                "a schedule: the schedule's own start times apply (keep 0.0 and None)")
+                f"start_s={self.start_s!r}, duration_s={self.duration_s!r} and jitter_ms="
+                f"{self.jitter_ms!r} are invalid with a schedule: the schedule's own start "
+                "times apply (keep 0.0, None and 0.0)")
         end = -1.0
         for i, item in enumerate(sched):
             if not isinstance(item, tuple) or len(item) != 2:
@@ -126,7 +140,8 @@ class MicroburstSpec:
         """When burst ``k`` (from 0) is scheduled to start, seconds after the start."""
         if self.schedule is not None:
             return self.schedule[k][0]
-        return self.start_s + k * self.every_ms / 1000
+        return (self.start_s + k * self.every_ms / 1000
+                + jitter_offset(self.seed, k, self.jitter_ms / 1000))
 
     def windows(self, limit_s: float | None = None) -> list[tuple[float, float]]:
         """Burst windows ``(start_s, end_s)`` relative to the start, up to ``limit_s``.
@@ -142,7 +157,7 @@ class MicroburstSpec:
                 raise MicroburstError("windows() of an unbounded burst pattern needs limit_s")
             out, k = [], 0
             while True:
-                a = self.start_s + k * self.every_ms / 1000
+                a = self.window_start(k)
                 if a >= until or (limit_s is not None and a >= limit_s):
                     break
                 out.append((a, min(a + self.on_ms / 1000, until)))
@@ -157,5 +172,8 @@ class MicroburstSpec:
         if self.schedule is not None:
             return {"schedule": [[a, b] for a, b in self.windows()]}
         until = self.start_s + self.duration_s if self.duration_s is not None else None
-        return {"start": self.start_s, "on": self.on_ms / 1000, "every": self.every_ms / 1000,
-                "until": until}
+        w = {"start": self.start_s, "on": self.on_ms / 1000, "every": self.every_ms / 1000,
+             "until": until}
+        if self.jitter_ms:
+            w |= {"jitter": self.jitter_ms / 1000, "seed": self.seed}
+        return w

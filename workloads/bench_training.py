@@ -8,8 +8,10 @@ figures reported as median and spread:
 1. The digits CNN over MRC, RC over ECMP and gloo/TCP, each healthy, through a cut
    of rack 0's leaf-spine link (either plane) busiest into the rack (after step 20,
    restored after step 60), and through microbursts onto worker 1's port on both
-   planes (3 rack-mates at line rate, 50 ms every 200 ms: sized to overflow the port's
-   buffer, so they drop; steps 20-60): per run the median step time, the step times
+   planes (3 rack-mates at line rate, 50 ms in each 200 ms, starting up to 80 ms into
+   the slot, one draw for every run: strictly periodic bursts lock the steps to one
+   phase of the burst that each transport's step time sets; sized to overflow the
+   port's buffer, so they drop; steps 20-60): per run the median step time, the step times
    inside the failure window, the time lost to it (never negative: each step's excess
    over the run's healthy median) and the time to 98 % accuracy (training time:
    evaluation excluded). Failures are scheduled by step, so every transport meets
@@ -47,7 +49,8 @@ FAIL_STEP, RESTORE_STEP = 20, 60
 # Every 2 steps: the time to target is then resolved to 2 steps (~1.5 % of it), finer
 # than the 5 % a failure's cost is judged by (evaluation time is not training time).
 EVAL_EVERY = 2
-BURST = {"sources": ["h5", "h6", "h7"], "on_ms": 50.0, "every_ms": 200.0, "mode": "drop"}
+BURST = {"sources": ["h5", "h6", "h7"], "on_ms": 50.0, "every_ms": 200.0, "jitter_ms": 80.0,
+         "mode": "drop"}
 
 
 def _burst_events(start: int, stop: int | None) -> list[dict]:

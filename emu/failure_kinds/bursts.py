@@ -61,13 +61,15 @@ class Microbursts(FailureKind):
     def timeline(cls, target: Annotated[str, "a string 'node:ifname'"],
                  sources: Annotated[list[str] | tuple[str, ...], "an array of host names"],
                  on_ms: float, every_ms: float, rate_mbit: float | None = None,
-                 payload: int = 8000, seed: int = 0, mode: str = "any") -> Self:
+                 payload: int = 8000, seed: int = 0, mode: str = "any",
+                 jitter_ms: float = 0.0) -> Self:
         """The timeline verb ``microburst``: line-rate bursts of ``on_ms`` every
         ``every_ms`` from ``sources`` onto egress ``target`` ("node:ifname", e.g.
-        "p0l3:h13"); ``mode`` "drop" or "delay_only" makes the burst's effect at its
+        "p0l3:h13"), each starting up to ``jitter_ms`` after its slot (drawn from
+        ``seed``); ``mode`` "drop" or "delay_only" makes the burst's effect at its
         target a checked promise (emu/burst_spec.py)."""
         return cls(MicroburstSpec(target, tuple(sources), on_ms, every_ms, rate_mbit,
-                                  payload=payload, seed=seed, mode=mode))
+                                  payload=payload, seed=seed, mode=mode, jitter_ms=jitter_ms))
 
     def validate(self, spec: Topology) -> None:
         check_mode(self.burst, geometry(spec, self.burst, plan_routes(spec, self.burst)))
@@ -147,8 +149,8 @@ class Microbursts(FailureKind):
     def describe(self) -> dict:
         b = self.burst
         return {"kind": self.kind, "target": b.target, "sources": list(b.sources),
-                "on_ms": b.on_ms, "every_ms": b.every_ms, "rate_mbit": b.rate_mbit,
-                "mode": b.mode}
+                "on_ms": b.on_ms, "every_ms": b.every_ms, "jitter_ms": b.jitter_ms,
+                "rate_mbit": b.rate_mbit, "mode": b.mode}
 
 
 @dataclass(frozen=True)

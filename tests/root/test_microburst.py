@@ -376,6 +376,28 @@ def paced_do_not_drop(run: Run, spec: MicroburstSpec) -> None:
         assert rep["drops_other_total"] == 0
 
 
+def test_jittered_bursts_drop_in_the_windows_drawn_for_them(fab):
+    spec = MicroburstSpec("p0l0:h1", ("h0", "h2", "h4"), on_ms=30, every_ms=150,
+                          jitter_ms=60, duration_s=0.75)
+    conclusive(lambda _: jittered_windows(burst(fab, spec, seconds=0.85)))
+
+
+def jittered_windows(run: Run) -> None:
+    sched = run.mb.windows()  # CLOCK_MONOTONIC
+    t0 = run.mb.t0
+    assert t0 is not None
+    # each burst its own draw within its slot: not the slots, not one fixed phase
+    late = [a - t0 - k * 0.15 for k, (a, _) in enumerate(sched)]
+    assert len(sched) == 5 and all(0.0 <= x < 0.06 for x in late)
+    assert len({round(x, 4) for x in late}) == 5 and max(late) > 0.01
+    # The senders' records are relative to the windows each drew for itself: placed on the
+    # parent's draw, the target's drops fall inside them only if both drew the same.
+    wins = sent_windows(run)
+    assert len(wins) == 5
+    lag = [round((w[0] - s[0]) * 1e3, 2) for w, s in zip(wins, sched, strict=True)]
+    check_drops_in_windows(run, wins, 0, lag)
+
+
 def test_explicit_schedule(fab):
     sched = ((0.0, 30.0), (0.25, 40.0), (0.6, 30.0))
     spec = MicroburstSpec("p0l0:h1", ("h0", "h2", "h4"), on_ms=1, every_ms=2, schedule=sched)

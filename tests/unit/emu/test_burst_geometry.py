@@ -49,6 +49,15 @@ def test_geometry_by_hand():
     assert rec["on_frames"] == 10.0 and rec["on_rtts"] == 2.0 and rec["expected_drops"] == 10.0
 
 
+def test_a_jittered_burst_must_drain_before_its_closest_neighbour():
+    # the demo's burst leaves a 64.8 ms queue: 200 ms apart it drains, but with 100 ms of
+    # jitter two bursts may come 150 ms apart, 100 ms after the first one ended
+    base = dict(target="p0l1:h4", sources=("h5", "h6", "h7"), on_ms=50.0, every_ms=200.0)
+    assert geometry(DEMO, MicroburstSpec(**base, jitter_ms=80.0)).queue_empties is True
+    g = geometry(DEMO, MicroburstSpec(**base, jitter_ms=140.0))
+    assert g.every_ms == 60.0 and g.queue_empties is False
+
+
 def test_the_demos_bursts_only_delay():
     # Two rack-mates at line rate, 20 ms: 250,000 bytes of excess = 30.9 frames of 8102
     # bytes, a third of the 100-frame FIFO: a 20 ms delay spike, no drop.

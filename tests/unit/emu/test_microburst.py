@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -58,6 +59,9 @@ def spec(**kw) -> MicroburstSpec:
     (dict(schedule=((0.0,),)), ["schedule[0]=(0.0,)", "pair"]),
     (dict(schedule=((0.0, 5.0),), duration_s=1.0), ["duration_s=1.0", "schedule"]),
     (dict(schedule=((0.0, 5.0),), start_s=1.0), ["start_s=1.0", "schedule"]),
+    (dict(schedule=((0.0, 5.0),), jitter_ms=1.0), ["jitter_ms=1.0", "schedule"]),
+    (dict(jitter_ms=-1.0), ["jitter_ms=-1.0", ">= 0"]),
+    (dict(jitter_ms=45.0), ["jitter_ms=45.0", "every_ms=50.0", "overlap"]),
 ])
 def test_invalid_spec_names_the_value_and_range(kw, words):
     with pytest.raises(MicroburstError) as e:
@@ -226,6 +230,41 @@ def test_sender_windows_match_the_spec():
     assert len(got) == 20
     sched = spec(schedule=((0.0, 30.0), (0.25, 40.0)))
     assert sched.sender_windows() == {"schedule": [[0.0, 0.03], [0.25, 0.29]]}
+
+
+def test_jittered_windows_start_within_their_slot_and_never_overlap():
+    s = spec(on_ms=50, every_ms=200, jitter_ms=80, start_s=0.1)
+    w = s.windows(20.0)
+    assert len(w) == 100
+    late = [a - (0.1 + k * 0.2) for k, (a, _) in enumerate(w)]
+    assert all(0.0 <= x < 0.08 for x in late)
+    assert all(b - a == pytest.approx(0.05) for a, b in w)
+    assert all(b1 < a2 for (_, b1), (a2, _) in itertools.pairwise(w))
+    # spread over the slot (not one fixed phase): every quarter of it is used
+    assert {int(x / 0.02) for x in late} == {0, 1, 2, 3}
+    gaps = [a2 - a1 for (a1, _), (a2, _) in itertools.pairwise(w)]
+    assert min(gaps) < 0.15 and max(gaps) > 0.25
+    assert [s.window_start(k) for k in range(100)] == pytest.approx([a for a, _ in w])
+
+
+def test_jitter_is_drawn_from_the_seed_alone():
+    a = spec(on_ms=50, every_ms=200, jitter_ms=80).windows(2.0)
+    assert spec(on_ms=50, every_ms=200, jitter_ms=80).windows(2.0) == a  # every run alike
+    other = spec(on_ms=50, every_ms=200, jitter_ms=80, seed=1).windows(2.0)
+    assert other != a
+    # a plane's burst and the other plane's, one seed: they stay together
+    assert spec(target="p1l3:h13", on_ms=50, every_ms=200, jitter_ms=80).windows(2.0) == a
+    flat = [x for w in spec(on_ms=50, every_ms=200).windows(1.0) for x in w]
+    assert flat == pytest.approx([x for k in range(5) for x in (k * 0.2, k * 0.2 + 0.05)])
+
+
+def test_the_sender_draws_the_same_jittered_windows():
+    s = spec(on_ms=50, every_ms=200, jitter_ms=80, seed=3, duration_s=10.0)
+    w = s.sender_windows()
+    assert w["jitter"] == pytest.approx(0.08) and w["seed"] == 3
+    got = [x for w in periodic(50.0, w) for x in w]
+    assert got == pytest.approx([50.0 + x for w in s.windows() for x in w])
+    assert len(got) == 100
 
 
 def test_window_start():

@@ -83,6 +83,17 @@ def test_sources_arrive_as_a_tuple_in_either_spelling(tmp_path):
     assert load(py) == tl
 
 
+def test_a_burst_event_takes_its_jitter():
+    tl = parse_events([{"at_step": 3, "do": "microburst", "target": "p0l1:h4", "sources": ["h5"],
+                        "on_ms": 50.0, "every_ms": 200.0, "jitter_ms": 80.0}], "t")
+    f = tl.events[0].action
+    assert isinstance(f, Microbursts) and f.burst.jitter_ms == 80.0
+    assert f.describe()["jitter_ms"] == 80.0
+    with pytest.raises(EmuError, match=r"jitter_ms=160.0 is invalid.*every_ms=200.0"):
+        parse_events([{"at": 1.0, "do": "microburst", "target": "p0l1:h4", "sources": ["h5"],
+                       "on_ms": 50.0, "every_ms": 200.0, "jitter_ms": 160.0}], "t")
+
+
 def test_a_bad_toml_file_names_the_file_and_the_key(tmp_path):
     """`emu fabric --timeline FILE` loads with the same checks (no traceback)."""
     f = tmp_path / "t.toml"
