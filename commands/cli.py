@@ -55,6 +55,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_fabric(args: argparse.Namespace) -> int:
     from emu import timeline as tl
+    from emu.capture import Capture, capture_point
     from emu.fabric import Fabric
 
     spec = _spec(args)
@@ -70,6 +71,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
             events.validate(spec)  # before anything is built
         except EmuError as e:
             raise EmuError(f"{args.timeline}: {e}") from None
+    points = [capture_point(spec, where) for where in args.capture or []]  # before building
     with Fabric(spec, name=args.name, progress=_progress, control_plane=args.control_plane,
                 bfd=_bfd(args), delay_backend=args.delay_backend) as fab:
         bt = fab.build_times
@@ -83,15 +85,13 @@ def cmd_fabric(args: argparse.Namespace) -> int:
         first, last = spec.hosts[0].name, spec.hosts[-1].name
         print(f"  try: ip netns exec {fab.netns(first)} ping -c1 {spec.address(last)}")
         captures = []
-        for where in args.capture or []:
-            from emu.capture import Capture
-
-            node, _, ifname = where.partition(":")
+        for node, ifname in points:
             path = Path(args.capture_dir) / f"{node}-{ifname}.pcap"
             path.parent.mkdir(parents=True, exist_ok=True)
             captures.append(Capture(fab, node, ifname, path))
             captures[-1].start()
-            print(f"  capturing {where} -> {path} (decode: transports.scapy_layer.read_pcap)")
+            print(f"  capturing {node}:{ifname} -> {path} "
+                  "(decode: transports.scapy_layer.read_pcap)")
         runner = None
         if events is not None:
             from emu import convergence
@@ -191,7 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _ = exp.events
     out = _out_dir(args, exp.name)
     _progress(f"emu run {args.file}: results in {out}/")
-    run_experiment(exp, out, say=_progress, variants=variants)
+    run_experiment(exp, out, say=_progress, variants=variants, captures=args.capture or ())
     return 0
 
 
@@ -348,6 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a key, e.g. --set workload.steps=50 (repeatable)")
     r.add_argument("--transports", metavar="A,B,...",
                    help="run once per transport (mrc, rc, dblp, gloo) on one fabric, compared")
+    r.add_argument("--capture", action="append", metavar="NODE:IFNAME",
+                   help="tcpdump the transports' packets on this port (e.g. h4:p0, p0l1:h4) "
+                        "during every run: OUT/captures/LABEL-repN-NODE-IFNAME.pcap, a capture "
+                        "record each (repeatable; costs CPU)")
     r.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="benchmarks")

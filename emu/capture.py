@@ -32,9 +32,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from emu.errors import EmuError
+from topologies.errors import TopologyError
 
 if TYPE_CHECKING:
     from emu.fabric import Fabric
+    from topologies import MultiPlaneClos, ScaleAcross
+
+    Topology = MultiPlaneClos | ScaleAcross
 
 PORT = 4791  # transports.wire.UDP_PORT (emu/ sits below transports/ and never imports it)
 
@@ -69,6 +73,30 @@ class CaptureStats:
     dropped: int | None
 
 
+def check_port(spec: Topology, node: str, ifname: str) -> None:
+    """EmuError unless ``node`` of ``spec`` has the interface ``ifname`` (naming the valid
+    nodes or interfaces)."""
+    spec.node(node)  # TopologyError listing valid node names
+    ports = [p.ifname for p in spec.ports(node)]
+    if ifname not in ports:
+        raise EmuError(f"node {node!r} has no interface {ifname!r}: valid interfaces are "
+                       f"{', '.join(ports)}")
+
+
+def capture_point(spec: Topology, where: str) -> tuple[str, str]:
+    """``where`` ("NODE:IFNAME", e.g. "h4:p0" or "p0l1:h4") checked against ``spec``, before
+    anything is built: (node, ifname)."""
+    node, sep, ifname = where.partition(":")
+    if not sep or not node or not ifname:
+        raise EmuError(f"capture point {where!r} is invalid: must be NODE:IFNAME, e.g. 'h4:p0' "
+                       "(host h4's plane-0 port) or 'p0l1:h4' (leaf p0l1's port to h4)")
+    try:
+        check_port(spec, node, ifname)
+    except (EmuError, TopologyError) as e:
+        raise EmuError(f"capture point {where!r}: {e}") from None
+    return node, ifname
+
+
 class Capture:
     """A tcpdump on one interface of one node of a running fabric, as a context manager."""
 
@@ -77,11 +105,7 @@ class Capture:
                  start_timeout: float = 5.0, stop_timeout: float = 5.0) -> None:
         if fab.net is None or not fab.kernels:
             raise EmuError("Capture needs a running fabric (inside `with Fabric(...)`)")
-        fab.spec.node(node)  # TopologyError listing valid node names
-        ports = [p.ifname for p in fab.spec.ports(node)]
-        if ifname not in ports:
-            raise EmuError(f"node {node!r} has no interface {ifname!r}: valid interfaces are "
-                           f"{', '.join(ports)}")
+        check_port(fab.spec, node, ifname)
         if not isinstance(snaplen, int) or snaplen < 0:
             raise EmuError(f"snaplen={snaplen!r} is invalid: a byte count >= 0 (0: no limit)")
         self.fab = fab

@@ -24,9 +24,10 @@ parts, each in a module of its own:
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from emu.capture import capture_point
 from emu.errors import require_root
 from emu.fabric import Fabric
 from workloads.experiment import Experiment
@@ -50,10 +51,13 @@ def measure_rtt(fab: Fabric, a: str, b: str) -> float | None:
 
 def run_experiment(exp: Experiment, out_dir: Path, say: Callable[[str], None] = print,
                    variants: list[tuple[str, dict]] | None = None,
-                   interleave: bool | None = None) -> list[dict]:
+                   interleave: bool | None = None,
+                   captures: Sequence[str] = ()) -> list[dict]:
     """Build the experiment's fabric once and run every variant (label, overrides of
     ``with_overrides``; default: the experiment as it is, labelled by its transport) and
-    repetition on it, then report. Returns the summaries.
+    repetition on it, then report. Returns the summaries. ``captures`` ("NODE:IFNAME",
+    checked before anything is built): a pcap of each around every run
+    (workloads/run_captures.py).
 
     ``interleave`` (default: when there are several variants and repetitions): rep 0
     of every variant, then rep 1, ... (else each variant's repetitions in a row). After
@@ -68,12 +72,13 @@ def run_experiment(exp: Experiment, out_dir: Path, say: Callable[[str], None] = 
     if interleave is None:
         interleave = len(runs) > 1 and any(e.repetitions > 1 for _, e in runs)
     hosts = exp.hosts()
+    points = [capture_point(exp.fabric_spec(), where) for where in captures]
     with ResultsWriter(out_dir, label=runs[0][0]) as writer:
         with Fabric(exp.fabric_spec(), name="run", progress=lambda m: say(f"  fabric: {m}"),
                     control_plane=exp.fabric.control_plane) as fab:
             rtt = measure_rtt(fab, hosts[0], hosts[-1]) if len(hosts) > 1 else None
             outcomes = run_variants(fab, writer, [Variant(label, e) for label, e in runs],
-                                    rtt, say, interleave)
+                                    rtt, say, interleave, points)
     summaries = report(out_dir, exp, [label for label, _ in runs], say)
     refuse_overruns(outcomes)
     return summaries

@@ -19,6 +19,7 @@ from workloads.compute_model import ComputeModel, with_compute
 from workloads.experiment import Experiment
 from workloads.overruns import refuse_overruns
 from workloads.results import ResultsWriter
+from workloads.run_captures import RunCaptures
 from workloads.training_run import RunOutcome, run_on_fabric
 
 
@@ -44,13 +45,15 @@ def schedule(variants: Sequence[Variant], interleave: bool) -> list[tuple[Varian
 
 def run_variants(fab: Fabric, writer: ResultsWriter, variants: Sequence[Variant],
                  rtt_s: float | None = None, say: Callable[[str], None] = print,
-                 interleave: bool = True) -> list[RunOutcome]:
+                 interleave: bool = True,
+                 captures: Sequence[tuple[str, str]] = ()) -> list[RunOutcome]:
     """Every repetition of every variant on ``fab`` (order: ``schedule``), after one meta
     record per label; EmuError naming the run if one fails. A modelled variant without a
     compute model (``Variant.compute`` None, no ``compute_ms``) gets one calibrated on
     ``fab`` first (``calibrate_compute``; one per workload, shared by its variants).
-    Overruns are not checked here: pass the outcomes to ``refuse_overruns`` once the
-    results are reported."""
+    ``captures`` ((node, ifname) pairs): a pcap of each around every run
+    (workloads/run_captures.py). Overruns are not checked here: pass the outcomes to
+    ``refuse_overruns`` once the results are reported."""
     labels = [v.label for v in variants]
     dup = sorted({lb for lb in labels if labels.count(lb) > 1})
     if dup:
@@ -68,7 +71,8 @@ def run_variants(fab: Fabric, writer: ResultsWriter, variants: Sequence[Variant]
     outcomes = []
     for v, rep in schedule(variants, interleave):
         ms = None if v.compute is None else v.compute.ms
-        out = run_on_fabric(fab, v.exp, rep, writer, v.label, say, ms)
+        with RunCaptures(fab, writer, captures, v.label, rep, say):
+            out = run_on_fabric(fab, v.exp, rep, writer, v.label, say, ms)
         if not out.ok:
             raise EmuError(f"{v.label} repetition {rep} failed: {out.error}")
         outcomes.append(out)

@@ -117,6 +117,41 @@ def test_two_workers_follow_the_single_process_loss_curve(fab, tmp_path, transpo
     assert all(r["exposed_comm_s"] >= 0 and r["compute_s"] > 0 for r in steps)
 
 
+def test_a_captured_run_has_a_pcap_per_port_that_decodes_on_its_clock(fab, tmp_path):
+    from transports import wire
+    from transports.scapy_layer import SaeTransport, read_pcap
+    from workloads.variants import Variant, run_variants
+
+    exp = _digits_exp("mrc", 2, 6)
+    points = [(exp.hosts()[0], "p0"), (exp.hosts()[0], "p1")]
+    with ResultsWriter(tmp_path, label="mrc/x") as w:
+        (out,) = run_variants(fab, w, [Variant("mrc/x", exp)], say=lambda m: None,
+                              captures=points)
+    assert out.ok, out.error
+    recs = read_jsonl(tmp_path / "results.jsonl")
+    caps = [r for r in recs if r["type"] == "capture"]
+    assert [(r["node"], r["ifname"]) for r in caps] == points
+    steps = [r for r in recs if r["type"] == "step"]
+    lo, hi = min(r["t_enter"] for r in steps), max(r["t_exit"] for r in steps)
+    data, inside = 0, 0
+    for r in caps:
+        assert r["error"] is None and r["dropped"] == 0
+        path = tmp_path / r["path"]
+        assert path.name == f"mrc-x-rep0-{r['node']}-{r['ifname']}.pcap"
+        pkts = read_pcap(path)
+        assert len(pkts) == r["captured"] > 0
+        for p in pkts:
+            if p[SaeTransport].kind != wire.DATA:
+                continue
+            data += 1
+            # on the step records' clock (CLOCK_MONOTONIC): the steps' data falls within
+            # them (the workers' set-up exchanges come before the first step)
+            mono = float(p.time) - r["realtime_minus_monotonic_s"]
+            inside += lo <= mono <= hi
+            assert lo - 5.0 < mono < hi + 5.0
+    assert data > 0 and inside > data / 2
+
+
 def test_dblp_training_reports_its_rounds(fab, tmp_path):
     exp = experiment.parse({
         "name": "t", "seed": 2,
