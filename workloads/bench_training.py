@@ -155,18 +155,30 @@ def bench_training(say: Callable[[str], None] = print, quick: bool = False,
 def paired_targets(per_rep: list[dict]) -> dict:
     """Each failure's time to target over the healthy run's *of the same repetition* (the
     same seed: the same data order and accuracy trajectory, so only the step times
-    differ), median [min-max] over repetitions."""
-    tt = {(s["label"], s["rep"]): s.get("time_to_target_s") for s in per_rep}
+    differ), median [min-max] over repetitions (``..._vs_healthy_paired``); and over the
+    same run's own time to target without what the failure cost it before the target
+    (``failure_lost_to_target_s``: each step's excess over that run's healthy median),
+    which the host's speed drifting between two runs (their healthy steps differ by a
+    few %) does not enter (``..._vs_own_healthy``)."""
+    by = {(s["label"], s["rep"]): s for s in per_rep}
     out: dict = {}
+
+    def put(key: str, ratios: list[float]) -> None:
+        if ratios:
+            out[key] = {"median": round(statistics.median(ratios), 3),
+                        "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
+
     for t in ("mrc", "rc", "gloo"):
         for failure in ("link_cut", "bursts"):
-            pairs = [(tt.get((f"{t}/{failure}", r)), tt.get((f"{t}/healthy", r)))
-                     for r in range(REPS)]
-            ratios = [a / b for a, b in pairs if a and b]
-            if ratios:
-                out[f"{t}_{failure}_time_to_target_vs_healthy_paired"] = {
-                    "median": round(statistics.median(ratios), 3),
-                    "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
+            runs = [(by.get((f"{t}/{failure}", r), {}), by.get((f"{t}/healthy", r), {}))
+                    for r in range(REPS)]
+            put(f"{t}_{failure}_time_to_target_vs_healthy_paired",
+                [a["time_to_target_s"] / b["time_to_target_s"] for a, b in runs
+                 if a.get("time_to_target_s") and b.get("time_to_target_s")])
+            put(f"{t}_{failure}_time_to_target_vs_own_healthy",
+                [a["time_to_target_s"] / (a["time_to_target_s"] - a["failure_lost_to_target_s"])
+                 for a, _ in runs if a.get("time_to_target_s")
+                 and a.get("failure_lost_to_target_s") is not None])
     return out
 
 

@@ -93,6 +93,11 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
                                        if reached is not None and reached["step"] in train_s
                                        else None)
             out["steps_to_target"] = reached["step"] + 1 if reached is not None else None
+            if reached is not None and hit and med is not None:
+                # what the failures cost this run before it reached the target (on its own
+                # healthy median: host speed drifting between runs does not enter it)
+                out["failure_lost_to_target_s"] = round(sum(
+                    max(0.0, r[key] - med) for r in hit if r["step"] <= reached["step"]), 4)
     return out
 
 

@@ -38,14 +38,34 @@ def test_time_lost_is_never_negative():
     assert s["failure_lost_s"] == 0.0
 
 
+def test_what_a_failure_cost_before_the_target_is_counted_up_to_the_target():
+    # 10 ms steps; a failure over steps 3-7 makes them 30 ms; the target is met at step 5
+    steps = [{"type": "job_step", "label": "x", "rep": 0, "step": i,
+              "t_s": 0.01 * (i + 1) + 0.02 * max(0, min(i, 7) - 2),
+              "step_s": 0.030 if 3 <= i <= 7 else 0.010, "compute_s": 0.005,
+              "exposed_comm_s": 0.003} for i in range(12)]
+    events = [{"type": "event", "label": "x", "rep": 0, "action": "apply", "kind": "fail_link",
+               "link": "a-b", "t_s": 0.0305, "fired": 0.0305},
+              {"type": "event", "label": "x", "rep": 0, "action": "restore",
+               "kind": "fail_link", "link": "a-b", "t_s": 0.17, "fired": 0.17}]
+    evals = [{"type": "eval", "label": "x", "rep": 0, "step": i, "accuracy": 0.1 * i}
+             for i in range(12)]
+    s = summarize(steps + events + evals, "x", 0, target=0.5)
+    assert s["failure_lost_s"] == 0.1  # steps 3-7, 20 ms each
+    assert s["steps_to_target"] == 6 and s["time_to_target_s"] == 0.12
+    assert s["failure_lost_to_target_s"] == 0.06  # steps 3-5 only
+    assert "failure_lost_to_target_s" not in summarize(steps + evals, "x", 0, target=0.5)
+
+
 def test_paired_time_to_target_ratios_per_repetition():
     from workloads.bench_training import paired_targets
 
-    def rec(label, rep, tt):
-        return {"label": label, "rep": rep, "time_to_target_s": tt}
+    def rec(label, rep, tt, lost=None):
+        return {"label": label, "rep": rep, "time_to_target_s": tt,
+                "failure_lost_to_target_s": lost}
 
-    per_rep = [rec("mrc/healthy", 0, 2.0), rec("mrc/link_cut", 0, 2.1),
-               rec("mrc/healthy", 1, 3.0), rec("mrc/link_cut", 1, 3.0),
+    per_rep = [rec("mrc/healthy", 0, 2.0), rec("mrc/link_cut", 0, 2.1, 0.1),
+               rec("mrc/healthy", 1, 3.0), rec("mrc/link_cut", 1, 3.0, 0.5),
                rec("mrc/healthy", 2, 2.5), rec("mrc/link_cut", 2, None),  # never reached
                rec("rc/healthy", 0, 2.0), rec("rc/bursts", 0, 3.0)]
     out = paired_targets(per_rep)
@@ -54,3 +74,7 @@ def test_paired_time_to_target_ratios_per_repetition():
         "median": 1.025, "min": 1.0, "max": 1.05}
     assert out["rc_bursts_time_to_target_vs_healthy_paired"]["median"] == 1.5
     assert "gloo_link_cut_time_to_target_vs_healthy_paired" not in out
+    # against the run's own time without the failure's cost: 2.1 / 2.0, 3.0 / 2.5
+    assert out["mrc_link_cut_time_to_target_vs_own_healthy"] == {
+        "median": 1.125, "min": 1.05, "max": 1.2}
+    assert "rc_bursts_time_to_target_vs_own_healthy" not in out  # no cost recorded
