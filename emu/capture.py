@@ -74,8 +74,9 @@ class CaptureStats:
 
 
 def check_port(spec: Topology, node: str, ifname: str) -> None:
-    """EmuError unless ``node`` of ``spec`` has the interface ``ifname`` (naming the valid
-    nodes or interfaces)."""
+    """Raise unless ``node`` of ``spec`` has the interface ``ifname``: TopologyError naming
+    the valid nodes for an unknown node, EmuError naming its interfaces for an unknown
+    interface."""
     spec.node(node)  # TopologyError listing valid node names
     ports = [p.ifname for p in spec.ports(node)]
     if ifname not in ports:
