@@ -8,7 +8,7 @@ time_to_accuracy.png and step_timeline.png.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,8 @@ def report(out_dir: Path, exp: Experiment, labels: list[str],
         cols += ["burst_drops", "burst_delay_only"]
     say(plots.comparison_table([{c: s.get(c) for c in cols} for s in summaries]))
     if reps > 1:
-        say(repetitions_table(summaries, cols, "time_to_target_s"))
+        worst = [f"{k}_worst_ms" for k in dict.fromkeys(kinds)]
+        say(repetitions_table(summaries, cols, ["time_to_target_s", *worst]))
     meta = next((r for r in records if r.get("type") == "meta" and r.get("time_scale")), None)
     if meta is not None:
         ts = meta["time_scale"]
@@ -76,10 +77,11 @@ def report(out_dir: Path, exp: Experiment, labels: list[str],
     return summaries
 
 
-def repetitions_table(summaries: list[dict], cols: list[str], compare: str) -> str:
-    """Median [spread] of each column over repetitions, per label, and which labels'
-    ``compare`` figures differ by more than their spread (the only differences called
-    differences)."""
+def repetitions_table(summaries: list[dict], cols: list[str], compare: Sequence[str]) -> str:
+    """Median [spread] of each column over repetitions, per label, and for each figure of
+    ``compare`` which labels' figures differ by more than their spread (the only
+    differences called differences), with their ratio repetition by repetition (paired:
+    repetition k of every label ran in one round of the interleaving)."""
     agg = aggregate(summaries)
     rows = []
     for label, figs in agg.items():
@@ -90,12 +92,19 @@ def repetitions_table(summaries: list[dict], cols: list[str], compare: str) -> s
         rows.append(row)
     lines = [plots.comparison_table(rows)]
     labels = list(agg)
-    for i, a in enumerate(labels):
-        for b in labels[i + 1:]:
-            fa, fb = agg[a].get(compare), agg[b].get(compare)
-            if fa and fb:
+    by = {(s["label"], s["rep"]): s for s in summaries}
+    for key in compare:
+        for i, a in enumerate(labels):
+            for b in labels[i + 1:]:
+                fa, fb = agg[a].get(key), agg[b].get(key)
+                if not (fa and fb):
+                    continue
                 verdict = "differ beyond the spread" if beyond_spread(fa, fb) else \
                     "within the spread: not a difference"
-                lines.append(f"{compare}: {a} {fa['median']:.3f} vs {b} {fb['median']:.3f}: "
-                             f"{verdict}")
+                reps = sorted({s["rep"] for s in summaries})
+                paired = [by[(a, r)][key] / by[(b, r)][key] for r in reps
+                          if by.get((a, r), {}).get(key) and by.get((b, r), {}).get(key)]
+                ratios = f" (paired {', '.join(f'{x:.2f}' for x in paired)})" if paired else ""
+                lines.append(f"{key}: {a} {fa['median']:.3f} vs {b} {fb['median']:.3f}: "
+                             f"{verdict}{ratios}")
     return "\n".join(lines)

@@ -78,3 +78,21 @@ def test_paired_time_to_target_ratios_per_repetition():
     assert out["mrc_link_cut_time_to_target_vs_own_healthy"] == {
         "median": 1.125, "min": 1.05, "max": 1.2}
     assert "rc_bursts_time_to_target_vs_own_healthy" not in out  # no cost recorded
+
+
+def test_the_repetitions_table_compares_each_figure_and_pairs_the_repetitions():
+    from workloads.training_report import repetitions_table
+
+    def run(label, rep, worst, tt):
+        return {"label": label, "rep": rep, "microburst_worst_ms": worst, "time_to_target_s": tt}
+
+    runs = [run("mrc", 0, 100.0, 5.0), run("rc", 0, 200.0, 5.0),
+            run("mrc", 1, 110.0, None), run("rc", 1, 100.0, 5.5),  # mrc never reached it
+            run("mrc", 2, 120.0, 5.2), run("rc", 2, 240.0, 5.2)]
+    text = repetitions_table(runs, ["label", "rep", "microburst_worst_ms"],
+                             ["time_to_target_s", "microburst_worst_ms"])
+    lines = text.splitlines()
+    assert ("microburst_worst_ms: mrc 110.000 vs rc 200.000: within the spread: not a "
+            "difference (paired 0.50, 1.10, 0.50)") in lines
+    assert ("time_to_target_s: mrc 5.100 vs rc 5.200: within the spread: not a difference "
+            "(paired 1.00, 1.00)") in lines
