@@ -52,6 +52,8 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
     healthy = [r[key] for r in steps if not overlaps(r)]
     hit = [r for r in steps if overlaps(r)]
     med = statistics.median(healthy) if healthy else None
+    # each failure step's excess over the run's healthy median (never negative), by step
+    excess = {r["step"]: max(0.0, r[key] - med) for r in hit} if med is not None else {}
     out.update(
         step_time="modelled compute + exposed communication" if modelled else "wall clock",
         train_s=round(clock, 4),
@@ -62,8 +64,7 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
         exposed_comm_ms_median=_ms(statistics.median(r["exposed_comm_s"] for r in steps)),
         failure_step_ms_median=_ms(statistics.median(r[key] for r in hit)) if hit else None,
         failure_step_ms_max=_ms(max(r[key] for r in hit)) if hit else None,
-        failure_lost_s=(round(sum(max(0.0, r[key] - med) for r in hit), 4)
-                        if hit and med is not None else None),
+        failure_lost_s=round(sum(excess.values()), 4) if excess else None,
         delivered_min=min(r.get("delivered", 1.0) for r in steps),
         **_per_kind(steps, windows, med, key),
         lost_entries=sum(r.get("lost_entries", 0) for r in steps),
@@ -93,11 +94,11 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
                                        if reached is not None and reached["step"] in train_s
                                        else None)
             out["steps_to_target"] = reached["step"] + 1 if reached is not None else None
-            if reached is not None and hit and med is not None:
+            if reached is not None and excess:
                 # what the failures cost this run before it reached the target (on its own
                 # healthy median: host speed drifting between runs does not enter it)
                 out["failure_lost_to_target_s"] = round(sum(
-                    max(0.0, r[key] - med) for r in hit if r["step"] <= reached["step"]), 4)
+                    v for step, v in excess.items() if step <= reached["step"]), 4)
     return out
 
 

@@ -93,6 +93,7 @@ def repetitions_table(summaries: list[dict], cols: list[str], compare: Sequence[
     lines = [plots.comparison_table(rows)]
     labels = list(agg)
     by = {(s["label"], s["rep"]): s for s in summaries}
+    reps = sorted({s["rep"] for s in summaries})
     for key in compare:
         for i, a in enumerate(labels):
             for b in labels[i + 1:]:
@@ -101,7 +102,6 @@ def repetitions_table(summaries: list[dict], cols: list[str], compare: Sequence[
                     continue
                 verdict = "differ beyond the spread" if beyond_spread(fa, fb) else \
                     "within the spread: not a difference"
-                reps = sorted({s["rep"] for s in summaries})
                 paired = [by[(a, r)][key] / by[(b, r)][key] for r in reps
                           if by.get((a, r), {}).get(key) and by.get((b, r), {}).get(key)]
                 ratios = f" (paired {', '.join(f'{x:.2f}' for x in paired)})" if paired else ""
