@@ -219,7 +219,9 @@ def geometry(topo: MultiPlaneClos | ScaleAcross, spec: MicroburstSpec,
     link = egress_link(topo, target)
     frames = [route_frame_bytes(r, spec.payload) for r in routes]
     # a jittered pattern's closest bursts decide whether its queue empties between them
-    every = spec.every_ms - spec.jitter_ms if spec.schedule is None else None
+    # (step-locked bursts: the steps decide, unknown here)
+    every = (spec.every_ms - spec.jitter_ms
+             if spec.schedule is None and spec.every_ms is not None else None)
     return BurstGeometry(len(routes), arrival_mbit(topo, routes, target, spec.rate_mbit),
                          link.spec.rate_mbit, link.spec.queue_packets,
                          round(sum(frames) / len(frames)), spec.longest_on_ms, every, rtt_ms)

@@ -85,7 +85,10 @@ def alignment(results: dict[str, dict[str, Any] | None]) -> dict[str, float] | N
 
 def start_offset_ms(spec: MicroburstSpec, k: int, lag: float) -> float:
     """A sender's first datagram, sent ``lag`` s after burst ``k``'s scheduled start, as
-    an offset from the pattern's first scheduled burst (ms)."""
+    an offset from the pattern's first scheduled burst (ms; step-locked bursts: from burst
+    ``k``'s own start, the pattern having no schedule to place it on)."""
+    if spec.step_locked:
+        return round(lag * 1e3, 4)
     return round((spec.window_start(k) - spec.window_start(0) + lag) * 1e3, 4)
 
 
@@ -98,14 +101,15 @@ def spread(offsets: dict[str, float | None]) -> float | None:
 def build_report(spec: MicroburstSpec, routes: tuple[BurstRoute, ...], geo: BurstGeometry,
                  counts: Counts, results: dict[str, dict[str, Any] | None],
                  stderr: dict[str, str], fired_late_s: float,
-                 duration_s: float) -> dict[str, Any]:
-    """The report of one burst (see the module docstring)."""
+                 duration_s: float, handed_out: int = 0) -> dict[str, Any]:
+    """The report of one burst (see the module docstring); ``handed_out``: the windows a
+    step-locked pattern was given (it has no schedule of its own)."""
     node, _, ifname = spec.target.partition(":")
     target = (node, ifname)
     crossed = {k for r in routes for k in r.egresses}
     drops, sent = counts.deltas()
     name = ":".join
-    scheduled = spec.windows(duration_s)
+    scheduled = handed_out if spec.step_locked else len(spec.windows(duration_s))
     sources: dict[str, dict[str, Any]] = {}
     offsets: dict[str, float | None] = {}
     for r in routes:
@@ -132,7 +136,7 @@ def build_report(spec: MicroburstSpec, routes: tuple[BurstRoute, ...], geo: Burs
         "drops_per_burst": None if tdrops is None or not ran else round(tdrops / ran, 3),
         "mode": spec.mode,
         "geometry": geo.record(),
-        "scheduled_bursts": len(scheduled),
+        "scheduled_bursts": scheduled,
         "duration_s": duration_s,
         "fired_late_ms": round(fired_late_s * 1e3, 4),
         "start_offsets_ms": offsets,

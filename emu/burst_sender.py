@@ -22,6 +22,11 @@ Protocol (the emulator's child protocol, ``emu.childproto``; records on stdout):
    timing as one ``result`` record and exits; when its parent dies (the lifeline)
    it is killed at once.
 
+Step-locked bursts (``{"on": s, "on_demand": true}``) have no pattern of their own:
+window 0 opens at ``t0``, and each later window at the instant of the next ``window``
+record the parent sends (``{"type": "window", "k": k, "t": T}``, as the training run
+reaches the step boundary it belongs to); end of file ends them.
+
 Its send buffer holds only ``NIC_INFLIGHT`` datagrams, so the source's own NIC queue
 never overflows and a burst ends on the wire within a few frame times of its
 scheduled end. With ``--realtime`` it runs at the lowest SCHED_FIFO priority (if
@@ -34,6 +39,7 @@ import argparse
 import json
 import math
 import os
+import queue
 import random
 import resource
 import select
@@ -41,6 +47,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -55,6 +62,7 @@ SPIN_S = 0.0005  # the last part of a wait before a burst is spun, not slept
 CHUNK_S = 0.02  # longest single sleep: bounds the reaction to SIGTERM
 MAX_RECORDS = 20000  # per-burst timing records a source keeps (the latest ones)
 FRAME_OVERHEAD = 14 + 40 + 8  # Ethernet, IPv6 and UDP headers around SRH + payload
+WINDOW = "window"  # the control record that opens a step-locked burst's next window
 
 
 def jitter_offset(seed: int, k: int, jitter: float) -> float:
@@ -171,15 +179,51 @@ class Sender:
                 del self.records[: len(self.records) - MAX_RECORDS]
 
     def run(self, t0: float, windows: dict[str, Any]) -> None:
+        if windows.get("on_demand"):
+            self.run_on_demand(t0, float(windows["on"]))
+            return
         for k, (a, b) in enumerate(windows_from(t0, windows)):
-            if not self.wait_until(a):
+            if not self.window(k, a, b):
                 return
-            if time.monotonic() >= b:
-                self.late += 1  # the whole window passed while we were away
-                continue
+
+    def window(self, k: int, a: float, b: float) -> bool:
+        """Burst ``k`` in ``[a, b)``; False once stopping."""
+        if not self.wait_until(a):
+            return False
+        if time.monotonic() >= b:
+            self.late += 1  # the whole window passed while we were away
+        else:
             self.burst(k, a, b)
-            if not self.alive():
+        return self.alive()
+
+    def run_on_demand(self, t0: float, on: float) -> None:
+        """Step-locked windows: the first at ``t0``, each next one when its record comes."""
+        inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+        def read() -> None:  # stdin blocks: a thread of its own, so SIGTERM still stops us
+            while True:
+                rec = childproto.read_record()
+                inbox.put(rec)
+                if rec is None:
+                    return
+
+        threading.Thread(target=read, name="windows", daemon=True).start()
+        k, a = 0, t0
+        while self.window(k, a, a + on):
+            rec = self._next_window(inbox)
+            if rec is None:
                 return
+            k, a = int(rec.get("k", k + 1)), float(rec["t"])
+
+    def _next_window(self, inbox: queue.Queue[dict[str, Any] | None]) -> dict[str, Any] | None:
+        while self.alive():
+            try:
+                rec = inbox.get(timeout=CHUNK_S)
+            except queue.Empty:
+                continue
+            if rec is None or rec.get("type") == WINDOW:
+                return rec
+        return None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -50,6 +50,13 @@ class MicroburstSpec:
     ``duration_s`` and ``jitter_ms`` must then keep their defaults. ``seed`` also
     breaks ties between equally good paths.
 
+    ``every_steps`` > 0 locks the bursts to a training run's steps instead (only in a
+    timeline event by ``at_step``; ``every_ms`` then stays None): burst ``k`` starts
+    ``jitter_offset(seed, k, jitter_ms)`` after the ranks resume from the step boundary
+    ``k * every_steps`` steps after the event's own, so every transport meets burst ``k``
+    at the same point of the same step, whatever its step time. Its windows are known
+    only as the run hands them out (``Microburst.next_window``).
+
     ``mode`` says what the burst is meant to do at its target FIFO, checked against
     the fabric before anything runs (emu.burst_geometry): ``"drop"``: overflow it
     (the excess over the drain rate during one burst must exceed the buffer);
@@ -60,7 +67,7 @@ class MicroburstSpec:
     target: str
     sources: tuple[str, ...]
     on_ms: float
-    every_ms: float
+    every_ms: float | None = None
     rate_mbit: float | None = None
     start_s: float = 0.0
     duration_s: float | None = None
@@ -69,6 +76,7 @@ class MicroburstSpec:
     seed: int = 0
     mode: str = "any"
     jitter_ms: float = 0.0
+    every_steps: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, str) or self.target.count(":") != 1:
@@ -81,15 +89,14 @@ class MicroburstSpec:
         if dup:
             raise MicroburstError(f"sources={self.sources!r} is invalid: {dup} listed twice")
         on = check_number("on_ms", self.on_ms, 0.0)
-        every = check_number("every_ms", self.every_ms, 0.0)
-        if every <= on:
-            raise MicroburstError(f"every_ms={self.every_ms!r} is invalid: must be > "
-                                  f"on_ms={self.on_ms!r} (a burst period longer than the burst)")
         jitter = check_number("jitter_ms", self.jitter_ms, 0.0, lo_open=False)
-        if on + jitter >= every:
-            raise MicroburstError(f"jitter_ms={self.jitter_ms!r} is invalid: on_ms + jitter_ms "
-                                  f"must stay below every_ms={self.every_ms!r} (bursts must "
-                                  "not overlap)")
+        if type(self.every_steps) is not int or self.every_steps < 0:
+            raise MicroburstError(f"every_steps={self.every_steps!r} is invalid: must be an "
+                                  "integer >= 1 (bursts locked to training steps) or 0")
+        if self.step_locked:
+            self._check_step_locked()
+        else:
+            self._check_period(on, jitter)
         if self.rate_mbit is not None:
             check_number("rate_mbit", self.rate_mbit, 0.0)
         check_number("start_s", self.start_s, 0.0, lo_open=False)
@@ -105,6 +112,34 @@ class MicroburstSpec:
                                   f"{', '.join(repr(m) for m in MODES)}")
         if self.schedule is not None:
             self._check_schedule()
+
+    def _check_period(self, on: float, jitter: float) -> None:
+        if self.every_ms is None:
+            raise MicroburstError("every_ms=None is invalid: a burst pattern needs a period "
+                                  "(every_ms > on_ms), or every_steps >= 1 to lock it to "
+                                  "training steps")
+        every = check_number("every_ms", self.every_ms, 0.0)
+        if every <= on:
+            raise MicroburstError(f"every_ms={self.every_ms!r} is invalid: must be > "
+                                  f"on_ms={self.on_ms!r} (a burst period longer than the burst)")
+        if on + jitter >= every:
+            raise MicroburstError(f"jitter_ms={self.jitter_ms!r} is invalid: on_ms + jitter_ms "
+                                  f"must stay below every_ms={self.every_ms!r} (bursts must "
+                                  "not overlap)")
+
+    def _check_step_locked(self) -> None:
+        if self.every_ms is not None or self.schedule is not None or self.start_s != 0.0 \
+                or self.duration_s is not None:
+            raise MicroburstError(
+                f"every_ms={self.every_ms!r}, schedule={self.schedule!r}, start_s="
+                f"{self.start_s!r} and duration_s={self.duration_s!r} are invalid with "
+                f"every_steps={self.every_steps!r}: step-locked bursts are timed by the "
+                "training steps (keep None, None, 0.0 and None)")
+
+    @property
+    def step_locked(self) -> bool:
+        """Whether the bursts are locked to training steps (``every_steps``), not timed."""
+        return self.every_steps > 0
 
     def _check_schedule(self) -> None:
         sched = self.schedule
@@ -137,9 +172,12 @@ class MicroburstSpec:
         return self.on_ms
 
     def window_start(self, k: int) -> float:
-        """When burst ``k`` (from 0) is scheduled to start, seconds after the start."""
+        """When burst ``k`` (from 0) is scheduled to start, seconds after the start
+        (step-locked: after the instant the ranks resume from its step boundary)."""
         if self.schedule is not None:
             return self.schedule[k][0]
+        if self.every_ms is None:  # step-locked: after its own step boundary
+            return jitter_offset(self.seed, k, self.jitter_ms / 1000)
         return (self.start_s + k * self.every_ms / 1000
                 + jitter_offset(self.seed, k, self.jitter_ms / 1000))
 
@@ -149,6 +187,9 @@ class MicroburstSpec:
         A periodic burst cut by ``duration_s`` ends there. An unbounded
         pattern needs ``limit_s``.
         """
+        if self.step_locked:
+            raise MicroburstError("a step-locked burst pattern (every_steps) has no windows "
+                                  "of its own: the training run hands them out")
         if self.schedule is not None:
             out = [(s, s + d / 1000) for s, d in self.schedule]
         else:
@@ -168,10 +209,14 @@ class MicroburstSpec:
 
     def sender_windows(self) -> dict:
         """The pattern as the sender process takes it (``--windows``): an explicit
-        schedule, or the periodic parameters in seconds."""
+        schedule, the periodic parameters in seconds, or (step-locked) the on-time of the
+        windows the parent hands out one by one."""
+        if self.step_locked:
+            return {"on": self.on_ms / 1000, "on_demand": True}
         if self.schedule is not None:
             return {"schedule": [[a, b] for a, b in self.windows()]}
         until = self.start_s + self.duration_s if self.duration_s is not None else None
+        assert self.every_ms is not None  # validated: periodic
         w = {"start": self.start_s, "on": self.on_ms / 1000, "every": self.every_ms / 1000,
              "until": until}
         if self.jitter_ms:

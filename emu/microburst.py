@@ -31,6 +31,10 @@ datagram left (``started_offsets``). An instant already past when handed over st
 anchors the pattern: windows that passed are skipped, the current one is cut short,
 and the offsets say how late each sender began.
 
+Step-locked bursts (``MicroburstSpec.every_steps``) have no pattern of their own: a
+training run opens each window with ``next_window(t)`` as it reaches the step
+boundary the window belongs to (emu.timeline_runner); the first one fires the senders.
+
 Destinations: each destination host gets a sink socket (opened by this
 process in that namespace) that is never read. Its receive buffer fills and
 the kernel drops the rest silently; a closed port would instead make the
@@ -66,7 +70,7 @@ from emu.burst_routes import (
     plan_routes,
     shared_upstream,
 )
-from emu.burst_sender import HEADER
+from emu.burst_sender import HEADER, WINDOW
 from emu.burst_spec import MicroburstError, MicroburstSpec
 from emu.childproto import START
 from emu.errors import EmuError
@@ -121,12 +125,15 @@ class Microburst:
         self._stderr: dict[str, str] = {}
         self._armed = False
         self._t_stop: float | None = None
+        self.handed: list[float] = []  # step-locked: each window's opening, as handed out
 
     def __repr__(self) -> str:
         state = ("stopped" if self._t_stop is not None else "fired" if self.t0 is not None
                  else "armed" if self._armed else "new")
+        every = (f"every_steps={self.spec.every_steps}" if self.spec.step_locked
+                 else f"every_ms={self.spec.every_ms:g}")
         return (f"Microburst({self.spec.target}, sources={list(self.spec.sources)}, "
-                f"on_ms={self.spec.on_ms:g}, every_ms={self.spec.every_ms:g}, {state})")
+                f"on_ms={self.spec.on_ms:g}, {every}, {state})")
 
     def __enter__(self) -> Microburst:
         self.start()
@@ -151,9 +158,13 @@ class Microburst:
         return self._armed and self._t_stop is None
 
     def windows(self, limit_s: float | None = None) -> list[tuple[float, float]]:
-        """Scheduled burst windows in absolute CLOCK_MONOTONIC seconds (after fire())."""
+        """Scheduled burst windows in absolute CLOCK_MONOTONIC seconds (after fire();
+        step-locked: the windows handed out so far)."""
         if self.t0 is None:
             raise EmuError("the microburst has not started")
+        if self.spec.step_locked:
+            on = self.spec.on_ms / 1000
+            return [(a, a + on) for a in self.handed if limit_s is None or a < self.t0 + limit_s]
         return [(self.t0 + a, self.t0 + b) for a, b in self.spec.windows(limit_s)]
 
     # -- arming, counting, firing ----------------------------------------------------------
@@ -233,7 +244,26 @@ class Microburst:
         for s in self._senders.values():
             s.send(START, t0=t0)
         self.t0 = t0
+        if self.spec.step_locked:
+            self.handed.append(t0)
         return t0
+
+    def next_window(self, t: float) -> int:
+        """Step-locked bursts: open the next window at ``t`` (CLOCK_MONOTONIC; the first
+        one fires the senders); returns its number."""
+        if not self.spec.step_locked:
+            raise EmuError(f"{self!r} has a schedule of its own: next_window() is for "
+                           "step-locked bursts (every_steps)")
+        if self.t0 is None:
+            self.fire(t)
+            return 0
+        if self._t_stop is not None:
+            raise EmuError(f"{self!r} was stopped: it opens no more windows")
+        k = len(self.handed)
+        for s in self._senders.values():
+            s.send(WINDOW, k=k, t=t)
+        self.handed.append(t)
+        return k
 
     def started_offsets(self, timeout: float = 0.0) -> dict[str, float | None]:
         """Per source, how late its first datagram left after the pattern's first scheduled
@@ -301,7 +331,8 @@ class Microburst:
             raise EmuError("report() needs a microburst that was fired and stopped")
         return build_report(self.spec, self.routes, self.geometry, Counts(
             self.scope, self._before, self._after), self._results, self._stderr,
-            fired_late_s=self.t_fired - self.t0, duration_s=self._t_stop - self.t0)
+            fired_late_s=self.t_fired - self.t0, duration_s=self._t_stop - self.t0,
+            handed_out=len(self.handed))
 
 
 def _realtime_allowed() -> bool:

@@ -35,6 +35,21 @@ class Sampled(Protocol):
     def apply_since(self, fab: Any, before: Any) -> object: ...
 
 
+class Stepped(Protocol):
+    """A failure applied in pieces at step boundaries (step-locked microbursts): after it
+    is applied at a boundary, the runner calls ``open_window`` at that boundary and every
+    ``every_steps``-th one after it, with the instant the ranks resume at."""
+
+    every_steps: int
+
+    def open_window(self, fab: Any, handle: Any, t_resume: float) -> dict: ...
+
+
+def every_steps(f: object) -> int:
+    """A step-locked failure's ``every_steps`` (0 for any other)."""
+    return int(getattr(f, "every_steps", 0) or 0)
+
+
 class Armable(Protocol):
     """A failure that can be armed before the run (see TimelineRunner.prepare)."""
 
@@ -73,6 +88,14 @@ class TimelineRunner:
     each), ARM_LEAD_S ahead of it on the wall clock, so bursts on several planes
     begin together. Armed failures that never fired are disarmed at ``stop()``.
 
+    A step-locked failure (one with ``every_steps`` > 0, see ``Stepped``; only in a
+    timeline by step) gets its pieces at step boundaries too: the boundary it was applied
+    at and every ``every_steps``-th after it are gates, and once the runner knows when the
+    ranks resume from one (``resumed(step, t_resume)``) it opens the piece due there
+    relative to that instant, so every transport meets it at the same point of the step.
+    Each piece is recorded (``action`` "window": its number, ``resumed`` and ``opens``
+    in seconds from time zero).
+
     ``fab`` needs only ``spec`` here (a fake will do); the failures use the rest.
     """
 
@@ -91,7 +114,14 @@ class TimelineRunner:
                            "training time (clock = 'modelled'): only a training run "
                            "(emu run, an experiment) can fire it; use `at` on the wall "
                            "clock here")
+        for ev in timeline.events:
+            if not isinstance(ev.action, Restore) and every_steps(ev.action) \
+                    and ev.step is None:
+                raise EmuError(f"{ev.action.describe()} is locked to training steps "
+                               "(every_steps): schedule it by step (at_step), not by time")
         self.active: dict[Failure, object] = {}  # failure -> the handle apply() returned
+        self._stepped: dict[Failure, int] = {}  # step-locked failure -> its next boundary
+        self._opening: list[Failure] = []  # step-locked failures due at the current gate
         self.t0: float | None = None
         # gated events not fired yet, in order, with their index in the timeline
         self._pending = list(enumerate(timeline.events))
@@ -131,12 +161,14 @@ class TimelineRunner:
     def next_gate(self, after: int) -> int | None:
         """The first step >= ``after`` at whose end the ranks must wait for ``fire_due``
         (None: no event is left to fire at a boundary)."""
-        if not self.gated or not self._pending:
+        if not self.gated:
             return None
-        ev = self._pending[0][1]
-        if ev.step is None:  # modelled time: due at a boundary not known in advance
-            return after
-        return max(after, ev.step)
+        due = [max(after, n) for n in self._stepped.values()]
+        if self._pending:
+            ev = self._pending[0][1]
+            # modelled time: due at a boundary not known in advance
+            due.append(after if ev.step is None else max(after, ev.step))
+        return min(due, default=None)
 
     def fire_due(self, step: int, train_s: float) -> list[dict]:
         """At the boundary after ``step`` (-1: before step 0), with ``train_s`` seconds of
@@ -168,13 +200,37 @@ class TimelineRunner:
                 assert ev.at is not None  # validated: every event has a step or a time
                 extra["late_ms"] = round((train_s - ev.at) * 1000, 3)
             out.append(self._fire(i, ev, extra))
+        # step-locked failures (just applied, or due again) open their piece on resuming
+        self._opening = [f for f, n in self._stepped.items() if n <= step]
+        for f in self._opening:
+            self._stepped[f] = step + cast(Stepped, f).every_steps
         return out
+
+    def resumed(self, step: int, t_resume: float) -> None:
+        """The ranks resume from the boundary after ``step`` at ``t_resume``
+        (CLOCK_MONOTONIC): open the step-locked pieces due there, then record them."""
+        assert self.t0 is not None  # gates come after start()
+        opened = []
+        for f in self._opening:
+            rec: dict = {"action": "window", **f.describe(), "step": step,
+                         "resumed": round(t_resume - self.t0, 6)}
+            try:
+                got = cast(Stepped, f).open_window(self.fab, self.active[f], t_resume)
+                rec |= {**got, "opens": round(got["opens"] - self.t0, 6)}
+            except Exception as e:  # noqa: BLE001 - a failed piece is logged, the run goes on
+                rec["error"] = repr(e)
+            opened.append(rec)
+        self._opening = []
+        for rec in opened:
+            rec["fired"] = round(time.monotonic() - self.t0, 6)
+            self.record(rec)
 
     def _hand_instant(self, indices: list[int], instant: float) -> None:
         """Give every armed failure among ``indices`` the same start instant, before any
         of them is applied (applying one takes long enough to stagger the next)."""
         for i in indices:
-            if i in self._armed:
+            # a step-locked failure's pieces are timed from the resume instant instead
+            if i in self._armed and not every_steps(self.timeline.events[i].action):
                 try:
                     self._armed[i].fire(instant)
                 except Exception:  # noqa: BLE001 - its apply reports the problem
@@ -245,6 +301,7 @@ class TimelineRunner:
                **extra, "action": "restore" if restoring else "apply", **f.describe()}
         try:
             if restoring:
+                self._stepped.pop(f, None)
                 measured = f.restore(self.fab, self.active.pop(f))
                 if isinstance(measured, dict):
                     rec.update(measured)
@@ -255,6 +312,8 @@ class TimelineRunner:
                                            else cast(Armable, f).apply(self.fab, armed))
                 if hasattr(handle, "record"):  # what the failure chose when it fired
                     rec.update(handle.record())
+                if every_steps(f):  # its first piece: at this very boundary
+                    self._stepped[f] = extra["step"]
         except Exception as e:  # noqa: BLE001 - a failed event is logged, the run goes on
             rec["error"] = repr(e)
         # When the change took effect: applying can take a while (a busiest-link

@@ -123,7 +123,8 @@ def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: RecordSink, la
             if gated:  # modelled-time events at 0 fire before step 0
                 timeline.fire_due(-1, 0.0)
         job.start(t0)
-        job.wait(timeout_s, on_gate if gated else None)
+        job.wait(timeout_s, on_gate if gated else None,
+                 timeline.resumed if gated and timeline is not None else None)
         prog.close()
         if internal:  # the engines dropped those datagrams and went on: the run is suspect
             rank, tb = internal[0]

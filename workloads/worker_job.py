@@ -96,10 +96,12 @@ class WorkerJob:
     def start(self, t0: float) -> None:
         self.group.start_at(t0)
 
-    def wait(self, timeout: float, on_gate: Callable[[int], int | None] | None = None) -> None:
+    def wait(self, timeout: float, on_gate: Callable[[int], int | None] | None = None,
+             on_release: Callable[[int, float], None] | None = None) -> None:
         """Until every worker exited; raises EmuError naming the first failure. When every
         rank waits at the gate after a step, ``on_gate(step)`` runs (it applies what is
-        due there) and returns the next gate; then the ranks are released together."""
+        due there) and returns the next gate; then the ranks are released together, to
+        resume at one instant, which ``on_release(step, instant)`` learns just before."""
         end = time.monotonic() + timeout
         while True:
             codes = [c.poll() for c in self.children]
@@ -126,7 +128,10 @@ class WorkerJob:
                 raise EmuError(f"the workers wait at a gate after step {step} that nothing "
                                "fires at")
             nxt = on_gate(step)
-            line = encode(Release(step, time.monotonic() + RESUME_S, nxt))
+            t_resume = time.monotonic() + RESUME_S
+            if on_release is not None:
+                on_release(step, t_resume)
+            line = encode(Release(step, t_resume, nxt))
             for c in self.children:
                 c.send_line(line)
 

@@ -60,16 +60,24 @@ class Microbursts(FailureKind):
     @classmethod
     def timeline(cls, target: Annotated[str, "a string 'node:ifname'"],
                  sources: Annotated[list[str] | tuple[str, ...], "an array of host names"],
-                 on_ms: float, every_ms: float, rate_mbit: float | None = None,
+                 on_ms: float, every_ms: float | None = None, rate_mbit: float | None = None,
                  payload: int = 8000, seed: int = 0, mode: str = "any",
-                 jitter_ms: float = 0.0) -> Self:
+                 jitter_ms: float = 0.0, every_steps: int = 0) -> Self:
         """The timeline verb ``microburst``: line-rate bursts of ``on_ms`` every
         ``every_ms`` from ``sources`` onto egress ``target`` ("node:ifname", e.g.
         "p0l3:h13"), each starting up to ``jitter_ms`` after its slot (drawn from
-        ``seed``); ``mode`` "drop" or "delay_only" makes the burst's effect at its
+        ``seed``); or, with ``every_steps`` instead of ``every_ms``, one burst every
+        that many training steps, up to ``jitter_ms`` after the ranks resume from the
+        step boundary. ``mode`` "drop" or "delay_only" makes the burst's effect at its
         target a checked promise (emu/burst_spec.py)."""
         return cls(MicroburstSpec(target, tuple(sources), on_ms, every_ms, rate_mbit,
-                                  payload=payload, seed=seed, mode=mode, jitter_ms=jitter_ms))
+                                  payload=payload, seed=seed, mode=mode, jitter_ms=jitter_ms,
+                                  every_steps=every_steps))
+
+    @property
+    def every_steps(self) -> int:
+        """Step-locked bursts: a window every this many step boundaries (0: timed)."""
+        return self.burst.every_steps
 
     def validate(self, spec: Topology) -> None:
         check_mode(self.burst, geometry(spec, self.burst, plan_routes(spec, self.burst)))
@@ -90,7 +98,11 @@ class Microbursts(FailureKind):
     def apply(self, fab: Fabric, armed: Microburst | None = None,
               start: float | None = None) -> BurstStart:
         """Fire the burst at ``start`` (CLOCK_MONOTONIC; default: the instant ``armed``
-        already has, else now + START_LEAD_S) and wait for its senders' first datagrams."""
+        already has, else now + START_LEAD_S) and wait for its senders' first datagrams.
+        Step-locked bursts only get ready here (armed now if they were not, their FIFOs
+        counted): ``open_window`` opens each window."""
+        if self.burst.step_locked:
+            return self._ready_step_locked(fab, armed)
         if armed is None:
             mb = Microburst(fab, self.burst)
             start_all([mb], start)
@@ -110,6 +122,29 @@ class Microbursts(FailureKind):
             if armed is None:  # nobody else holds it
                 mb.stop()
             raise
+
+    def _ready_step_locked(self, fab: Fabric, armed: Microburst | None) -> BurstStart:
+        mb = self.arm(fab) if armed is None else armed
+        if mb.spec != self.burst:
+            raise EmuError(f"armed burst {mb!r} is not this one ({self.describe()})")
+        mb.count("paths")
+        geo = mb.geometry
+        rec: dict = {"armed": armed is not None, "every_steps": self.burst.every_steps,
+                     "counted": mb.scope, "geometry": geo.record()}
+        if not geo.can_drop:
+            rec["note"] = (f"delay-only: {geo.excess_packets:.1f} packets of excess per burst "
+                           f"do not fill the {geo.queue_packets}-packet FIFO at "
+                           f"{self.burst.target}")
+        return BurstStart(mb, rec)
+
+    def open_window(self, fab: Fabric, handle: object, t_resume: float) -> dict:
+        """Step-locked: open the next window, ``window_start(k)`` after ``t_resume`` (the
+        instant the ranks resume from its step boundary); its number and opening."""
+        mb = cast(BurstStart, handle).burst
+        k = len(mb.handed)
+        t = t_resume + self.burst.window_start(k)
+        mb.next_window(t)
+        return {"burst": k, "opens": t}
 
     def _started(self, mb: Microburst, armed: bool) -> dict:
         assert mb.t0 is not None and mb.t_fired is not None
@@ -150,7 +185,8 @@ class Microbursts(FailureKind):
         b = self.burst
         return {"kind": self.kind, "target": b.target, "sources": list(b.sources),
                 "on_ms": b.on_ms, "every_ms": b.every_ms, "jitter_ms": b.jitter_ms,
-                "rate_mbit": b.rate_mbit, "mode": b.mode}
+                "rate_mbit": b.rate_mbit, "mode": b.mode,
+                **({"every_steps": b.every_steps} if b.step_locked else {})}
 
 
 @dataclass(frozen=True)

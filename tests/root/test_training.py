@@ -262,6 +262,42 @@ def test_a_failure_at_step_k_fires_before_step_k_plus_1_on_every_rank(fab, tmp_p
                                                                                   "p1l0"))
 
 
+STEP_BURST = {"do": "microburst", "target": "p0l1:h2", "sources": ["h1", "h3"],
+              "on_ms": 20.0, "every_steps": 2, "jitter_ms": 10.0, "seed": 4}
+
+
+def test_step_locked_bursts_open_their_draw_after_the_ranks_resume(fab, tmp_path):
+    """every_steps = 2 from step 1: a window after the boundaries of steps 1, 3 and 5, each
+    opening its seed's draw after the instant every rank resumed from that boundary, and
+    every sender bursting in each one (the gates are in no step time)."""
+    restore = {"do": "restore", "what": "microburst",
+               **{k: v for k, v in STEP_BURST.items() if k != "do"}}
+    exp = _by_step_exp("mrc", [{"at_step": 1, **STEP_BURST}, {"at_step": 7, **restore}])
+    with ResultsWriter(tmp_path, label="mrc") as w:
+        out = run_on_fabric(fab, exp, 0, w, "mrc", say=lambda m: None, timeout_s=300)
+    assert out.ok, out.error
+    recs = read_jsonl(tmp_path / "results.jsonl")
+    steps = {(r["rank"], r["step"]): r for r in recs if r["type"] == "step"}
+    evs = [r for r in recs if r["type"] == "event"]
+    assert [e["action"] for e in evs] == ["apply", "window", "window", "window", "restore"]
+    assert all("error" not in e for e in evs), evs
+    spec = exp.timeline().events[0].action.burst
+    windows = evs[1:4]
+    assert [(e["step"], e["burst"]) for e in windows] == [(1, 0), (3, 1), (5, 2)]
+    t0 = steps[(0, 0)]["end"] - steps[(0, 0)]["t_s"]  # the common start (t_s counts from it)
+    for e in windows:
+        assert e["opens"] - e["resumed"] == pytest.approx(spec.window_start(e["burst"]),
+                                                          abs=2e-6)
+        starts = [steps[(rank, e["step"] + 1)]["start"] - t0 for rank in (0, 1)]
+        # every rank resumed on the instant (a woken rank may start a little late)
+        assert all(e["resumed"] - 1e-6 <= s < e["resumed"] + 0.05 for s in starts), starts
+    done = evs[-1]
+    assert done["bursts"] == 3, done  # one burst per window, none skipped
+    offsets = done["start_offsets_ms"]
+    assert sorted(offsets) == ["h1", "h3"]
+    assert all(v is not None and 0.0 <= v < STEP_BURST["on_ms"] for v in offsets.values())
+
+
 def test_events_in_modelled_time_fire_at_a_step_boundary(fab, tmp_path):
     """clock = "modelled": an event at t fires at the first step boundary whose training
     time reached t, with every rank held there."""

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from emu.burst_report import build_report, spread, start_offset_ms
-from emu.burst_sender import HEADER, MAGIC
+from emu.burst_sender import HEADER, MAGIC, WINDOW
 from emu.childproto import START
 from emu.launch import Child
 from emu.microburst import MicroburstSpec
@@ -161,3 +161,43 @@ def test_report_flags_delay_only_and_counts_only_what_was_counted():
     assert rep["target"]["drops"] is None and rep["delay_only"] is None
     assert rep["sources"]["h5"]["error"] == "Traceback ..."
     assert rep["start_spread_ms"] is None
+
+
+def test_step_locked_windows_open_at_the_instants_the_parent_hands_out(sink):
+    # 20 ms windows: a sender woken a few ms late on a busy machine still sends in each
+    p = spawn(sink.getsockname()[1], {"on": 0.02, "on_demand": True})
+    try:
+        p.wait_ready(20)
+        t0 = time.monotonic() + 0.05
+        p.send(START, t0=t0)
+        assert p.record("started", 20) is not None
+        # far enough apart that each record arrives while the sender waits for it
+        later = [t0 + 0.15, t0 + 0.3]
+        for k, t in enumerate(later, start=1):
+            p.send(WINDOW, k=k, t=t)
+        time.sleep(max(0.0, later[-1] + 0.05 - time.monotonic()))
+        p.close_stdin()  # end of file: no more windows
+        res = p.record("result", 20)
+        assert p.wait(10) == 0
+    finally:
+        p.kill()
+    assert res is not None and res["fired"] is True
+    assert [r[0] for r in res["records"]] == [0, 1, 2] and res["late_skipped"] == 0
+    heads = [HEADER.unpack_from(d) for d in drain(sink)]
+    assert sorted({b for _, _, b, _ in heads}) == [0, 1, 2]
+    # each burst's first send, at (never before) the instant handed for it
+    assert all(0.0 <= r[1] < 0.02 for r in res["records"])
+
+
+def test_a_step_locked_sender_given_no_further_window_ends_on_end_of_file(sink):
+    p = spawn(sink.getsockname()[1], {"on": 0.004, "on_demand": True})
+    try:
+        p.wait_ready(20)
+        p.send(START, t0=time.monotonic() + 0.02)
+        assert p.record("started", 20) is not None
+        p.close_stdin()
+        res = p.record("result", 20)
+        assert p.wait(10) == 0
+    finally:
+        p.kill()
+    assert res is not None and res["bursts"] == 1 and [r[0] for r in res["records"]] == [0]

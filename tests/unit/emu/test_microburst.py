@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from emu.burst_sender import parse_args, periodic
+from emu.burst_geometry import geometry
+from emu.burst_sender import jitter_offset, parse_args, periodic
 from emu.microburst import (
     HEADER,
     MicroburstError,
@@ -281,3 +282,27 @@ def test_sender_arguments():
                     "--port", "4000", "--srh", "00", "--windows", '{"schedule": [[0, 0.01]]}'])
     assert a.index == 2 and a.payload == 8000 and a.rate_mbit == 0.0
     assert a.windows == {"schedule": [[0, 0.01]]}
+
+
+def test_step_locked_bursts_take_no_period_and_hand_out_their_windows():
+    s = spec(on_ms=50, every_ms=None, every_steps=3, jitter_ms=60, seed=2)
+    assert s.step_locked and s.sender_windows() == {"on": 0.05, "on_demand": True}
+    # burst k starts its seed's draw after its own step boundary's resume instant
+    assert [s.window_start(k) for k in range(3)] == [
+        jitter_offset(2, k, 0.06) for k in range(3)]
+    with pytest.raises(MicroburstError, match="has no windows of its own"):
+        s.windows(10.0)
+    assert geometry(TOPO, s).queue_empties is None  # the steps decide, unknown here
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(every_steps=3), ["every_ms=5.0", "every_steps=3", "timed by the training steps"]),
+    (dict(every_ms=None, every_steps=3, start_s=1.0), ["start_s=1.0"]),
+    (dict(every_ms=None, every_steps=-1), ["every_steps=-1", "integer >= 1"]),
+    (dict(every_ms=None, every_steps=1.5), ["every_steps=1.5"]),
+    (dict(every_ms=None), ["every_ms=None", "every_steps >= 1"]),
+])
+def test_invalid_step_locking_names_the_value(kw, words):
+    with pytest.raises(MicroburstError) as e:
+        spec(**{"on_ms": 2.0, "every_ms": 5.0, **kw})
+    assert all(w in str(e.value) for w in words), str(e.value)

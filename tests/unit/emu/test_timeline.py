@@ -315,3 +315,82 @@ def test_a_failure_active_at_the_end_reports_its_measurement_when_restored_at_st
     run.stop()  # never restored by the timeline: the run's end restores it
     assert [r["action"] for r in recs] == ["apply", "restore_at_stop"]
     assert recs[1]["target_drops"] == 7 and recs[1]["delay_only"] is False
+
+
+@dataclass(frozen=True)
+class Stepped(Fake):
+    """A fake step-locked failure (as bursts with every_steps): it logs each piece."""
+
+    every_steps: int = 3
+
+    def apply(self, fab) -> str:
+        self.log.append(("apply", self.name))
+        return "handle"
+
+    def open_window(self, fab, handle, t_resume: float) -> dict:
+        k = sum(1 for e in self.log if e[0] == "window")
+        self.log.append(("window", self.name, handle, t_resume))
+        return {"burst": k, "opens": t_resume + 0.01 * k}
+
+
+def test_step_locked_pieces_open_at_every_nth_boundary_relative_to_the_resume():
+    log: list = []
+    s = Stepped("s", log)
+    tl = Timeline((at_step(2, s), at_step(9, restore(s))))
+    recs: list = []
+    run = TimelineRunner(SimpleNamespace(spec=SPEC), tl, recs.append, training=True)
+    run.start(t0=100.0)
+    assert run.next_gate(0) == 2
+    run.fire_due(2, 0.2)
+    assert log == [("apply", "s")]  # the piece waits for the resume instant
+    assert run.next_gate(3) == 5  # the next piece's boundary is a gate too
+    run.resumed(2, 100.5)
+    assert log[-1] == ("window", "s", "handle", 100.5)
+    run.fire_due(5, 0.5)
+    assert run.next_gate(6) == 8
+    run.resumed(5, 101.0)
+    run.fire_due(8, 0.8)
+    assert run.next_gate(9) == 9  # the restore
+    run.resumed(8, 101.5)
+    run.fire_due(9, 0.9)
+    run.resumed(9, 102.0)  # restored: no piece any more
+    assert run.next_gate(10) is None
+    assert [e[3] for e in log if e[0] == "window"] == [100.5, 101.0, 101.5]
+    assert log[-1] == ("restore", "s")
+    windows = [r for r in recs if r["action"] == "window"]
+    assert [(r["step"], r["burst"], r["resumed"], r["opens"]) for r in windows] == [
+        (2, 0, 0.5, 0.5), (5, 1, 1.0, 1.01), (8, 2, 1.5, 1.52)]
+    run.stop()
+
+
+def test_a_step_locked_failure_scheduled_by_time_is_refused():
+    tl = Timeline((at(1.0, Stepped("s", [])),))
+    with pytest.raises(EmuError, match=r"locked to training steps.*schedule it by step"):
+        TimelineRunner(SimpleNamespace(spec=SPEC), tl, lambda r: None, clock="modelled",
+                       training=True)
+
+
+@dataclass(frozen=True)
+class ArmedStepped(Armable):
+    """A fake step-locked failure armed before the run (as step-locked bursts are)."""
+
+    every_steps: int = 2
+
+    def open_window(self, fab, handle, t_resume: float) -> dict:
+        self.log.append(("window", self.name, t_resume))
+        return {"burst": 0, "opens": t_resume}
+
+
+def test_an_armed_step_locked_failure_is_not_fired_on_the_gates_instant():
+    log: list = []
+    s, a = ArmedStepped("s", log), Armable("a", log)
+    tl = Timeline((at_step(1, s), at_step(1, a)))
+    run = TimelineRunner(SimpleNamespace(spec=SPEC), tl, lambda r: None, training=True)
+    run.prepare()
+    run.start(t0=10.0)
+    run.fire_due(1, 0.1)
+    # only the timed one gets the gate's instant; the step-locked one waits for the resume
+    assert [e[:2] for e in log if e[0] == "fire"] == [("fire", "a")]
+    run.resumed(1, 11.0)
+    assert log[-1] == ("window", "s", 11.0)
+    run.stop()

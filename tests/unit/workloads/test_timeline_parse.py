@@ -64,7 +64,8 @@ def test_restoring_twice_by_id_is_caught_by_validation():
     ({"do": "microburst", "target": "p0l1:h4", "sources": ["h5", 6], "on_ms": 10,
       "every_ms": 100}, "must be an array of host names"),
     ({"do": "microburst", "target": "p0l1:h4", "sources": ["h5"], "on_ms": 10},
-     r"event\[0\]\.every_ms is required for microburst"),
+     r"event\[0\] \(microburst\): every_ms=None is invalid: a burst pattern needs a "
+     r"period \(every_ms > on_ms\), or every_steps >= 1"),
     ({"do": "fail_busiest_uplink", "leaf": "p0l0", "sample_s": "fast"},
      "sample_s = 'fast' is invalid: must be a number"),
 ])
