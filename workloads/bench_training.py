@@ -11,11 +11,12 @@ figures reported as median and spread:
    planes (3 rack-mates at line rate for 50 ms, once every 3 steps, locked to the
    steps: burst k opens up to 60 ms after the ranks resume from its step boundary, one
    draw for every run, so every transport meets it at the same point of the same step;
-   sized to overflow the port's buffer, so they drop; steps 20-60): per run the median step time, the step times
-   inside the failure window, the time lost to it (never negative: each step's excess
-   over the run's healthy median) and the time to 98 % accuracy (training time:
-   evaluation excluded). Failures are scheduled by step, so every transport meets
-   them at the same point of training.
+   sized to overflow the port's buffer, so they drop; steps 20-60): per run the median
+   step time, the step times inside the failure window, the time lost to it (never
+   negative: each step's excess over the run's healthy median), the time to 98 %
+   accuracy (training time: evaluation excluded) and, burst by burst, what each burst
+   cost one transport against another (workloads/burst_pairs.py). Failures are
+   scheduled by step, so every transport meets them at the same point of training.
 2. The tiny transformer LM (its gradient is 116 k values, so a round has enough
    chunks for a loss tolerance to mean something) under microbursts for the whole
    run (timed on the wall clock: 50 ms in each 200 ms, starting up to 80 ms into the
@@ -37,6 +38,7 @@ from typing import Any
 from emu.errors import require_root
 from emu.fabric import Fabric
 from workloads import experiment
+from workloads.burst_pairs import pair_figure
 from workloads.overruns import overrun_stats, refuse_overruns
 from workloads.results import ResultsWriter, read_jsonl
 from workloads.runner import measure_rtt
@@ -156,6 +158,14 @@ def bench_training(say: Callable[[str], None] = print, quick: bool = False,
     paired = paired_targets(per_rep)
     for key, fig in paired.items():
         say(f"  {key}: {fig['median']:.3f} [{fig['min']:.3f}-{fig['max']:.3f}]")
+    # burst by burst: the digits runs' bursts are locked to the steps
+    for t, u in (("mrc", "rc"), ("mrc", "gloo")):
+        pair = pair_figure(records, f"{t}/bursts", f"{u}/bursts")
+        if pair is not None:
+            paired[f"bursts_per_burst_{t}_vs_{u}"] = pair
+            say(f"  bursts, per burst {t} / {u}: {pair['median']:.3f} [p10 {pair['p10']:.3f}"
+                f" - p90 {pair['p90']:.3f}], {t} longer in {pair['longer']} of "
+                f"{pair['bursts']}")
     refuse_overruns(outcomes)
     return {"out_dir": str(out_dir), "rtt_s": rtt, "reps": REPS, "runs": per_rep,
             "aggregate": agg, "targets": {**targets(agg), **paired}}

@@ -2,7 +2,8 @@
 
 Its one job: per label and repetition a ``summary`` record (with the overrun fractions
 of modelled compute, workloads/overruns.py), the terminal table (and, with several
-repetitions, medians with their spread and which differences exceed it), and the plots
+repetitions, medians with their spread and which differences exceed it; bursts locked
+to steps paired burst by burst, workloads/burst_pairs.py), and the plots
 time_to_accuracy.png and step_timeline.png.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from topologies.timescale import TimeScale
 from workloads import plots
+from workloads.burst_pairs import pair_lines
 from workloads.experiment import Experiment
 from workloads.overruns import overrun_stats
 from workloads.results import ResultsWriter, read_jsonl
@@ -70,6 +72,8 @@ def report(out_dir: Path, exp: Experiment, labels: list[str],
     if reps > 1:
         worst = [f"{k}_worst_ms" for k in dict.fromkeys(kinds)]
         say(repetitions_table(summaries, cols, ["time_to_target_s", *worst]))
+    for line in pair_lines(records, labels):
+        say(line)
     meta = next((r for r in records if r.get("type") == "meta" and r.get("time_scale")), None)
     if meta is not None:
         ts = meta["time_scale"]
