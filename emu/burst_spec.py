@@ -176,8 +176,9 @@ class MicroburstSpec:
         (step-locked: after the instant the ranks resume from its step boundary)."""
         if self.schedule is not None:
             return self.schedule[k][0]
-        if self.every_ms is None:  # step-locked: after its own step boundary
+        if self.step_locked:  # after the resume from its own step boundary
             return jitter_offset(self.seed, k, self.jitter_ms / 1000)
+        assert self.every_ms is not None  # validated: periodic
         return (self.start_s + k * self.every_ms / 1000
                 + jitter_offset(self.seed, k, self.jitter_ms / 1000))
 

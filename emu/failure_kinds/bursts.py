@@ -127,7 +127,12 @@ class Microbursts(FailureKind):
         mb = self.arm(fab) if armed is None else armed
         if mb.spec != self.burst:
             raise EmuError(f"armed burst {mb!r} is not this one ({self.describe()})")
-        mb.count("paths")
+        try:
+            mb.count("paths")
+        except BaseException:
+            if armed is None:  # nobody else holds it
+                mb.stop()
+            raise
         geo = mb.geometry
         rec: dict = {"armed": armed is not None, "every_steps": self.burst.every_steps,
                      "counted": mb.scope, "geometry": geo.record()}
@@ -167,6 +172,10 @@ class Microbursts(FailureKind):
             handle = BurstStart(cast(Microburst, handle), {})
         h = handle
         h.burst.stop()
+        if self.burst.step_locked and h.burst.t0 is None:  # restored before any window
+            return {"burst_start": h.started, "bursts": 0, "target_drops": None,
+                    "delay_only": None, "note": "no window opened: restored at or before "
+                    "the first step boundary it was due at"}
         rep = h.burst.report()
         return {"burst_start": h.started,
                 "target_drops": rep["target"]["drops"],

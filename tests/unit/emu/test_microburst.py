@@ -306,3 +306,16 @@ def test_invalid_step_locking_names_the_value(kw, words):
     with pytest.raises(MicroburstError) as e:
         spec(**{"on_ms": 2.0, "every_ms": 5.0, **kw})
     assert all(w in str(e.value) for w in words), str(e.value)
+
+
+def test_a_step_locked_burst_restored_before_its_first_window_reports_no_bursts():
+    from types import SimpleNamespace
+
+    from emu.failure_kinds.bursts import BurstStart, Microbursts
+
+    stopped: list = []
+    never = SimpleNamespace(t0=None, stop=lambda: stopped.append(True))
+    f = Microbursts(spec(every_ms=None, every_steps=3))
+    rec = f.restore(None, BurstStart(never, {"every_steps": 3}))
+    assert stopped == [True]
+    assert rec["bursts"] == 0 and rec["target_drops"] is None and "no window" in rec["note"]
