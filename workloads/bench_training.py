@@ -38,7 +38,7 @@ from typing import Any
 from emu.errors import require_root
 from emu.fabric import Fabric
 from workloads import experiment
-from workloads.burst_pairs import pair_figure
+from workloads.burst_pairs import describe_pair, pair_figure
 from workloads.overruns import overrun_stats, refuse_overruns
 from workloads.results import ResultsWriter, read_jsonl
 from workloads.runner import measure_rtt
@@ -163,9 +163,7 @@ def bench_training(say: Callable[[str], None] = print, quick: bool = False,
         pair = pair_figure(records, f"{t}/bursts", f"{u}/bursts")
         if pair is not None:
             paired[f"bursts_per_burst_{t}_vs_{u}"] = pair
-            say(f"  bursts, per burst {t} / {u}: {pair['median']:.3f} [p10 {pair['p10']:.3f}"
-                f" - p90 {pair['p90']:.3f}], {t} longer in {pair['longer']} of "
-                f"{pair['bursts']}")
+            say(f"  bursts, per burst: {describe_pair(t, u, pair)}")
     refuse_overruns(outcomes)
     return {"out_dir": str(out_dir), "rtt_s": rtt, "reps": REPS, "runs": per_rep,
             "aggregate": agg, "targets": {**targets(agg), **paired}}

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["burst_costs", "pair_figure", "pair_lines", "paired_ratios"]
+__all__ = ["burst_costs", "describe_pair", "pair_figure", "pair_lines", "paired_ratios"]
 
 
 def burst_costs(records: Iterable[Mapping[str, Any]], label: str,
@@ -59,6 +59,12 @@ def pair_figure(records: Sequence[Mapping[str, Any]], a: str, b: str) -> dict | 
             "longer": sum(x > 1 for x in ratios)}
 
 
+def describe_pair(a: str, b: str, fig: Mapping[str, Any]) -> str:
+    """``pair_figure``'s figure of ``a`` over ``b`` in words."""
+    return (f"{a} / {b} {fig['median']:.2f} [p10 {fig['p10']:.2f} - p90 {fig['p90']:.2f}] "
+            f"over {fig['bursts']} bursts paired; {a}'s longer in {fig['longer']}")
+
+
 def pair_lines(records: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> list[str]:
     """One line per pair of labels that met the same step-locked bursts: the median of
     the paired ratios with their 10th and 90th percentiles, and how often the first
@@ -67,10 +73,7 @@ def pair_lines(records: Sequence[Mapping[str, Any]], labels: Sequence[str]) -> l
     for i, a in enumerate(labels):
         for b in labels[i + 1:]:
             fig = pair_figure(records, a, b)
-            if fig is None:
-                continue
-            lines.append(f"bursts locked to steps, the two steps after each burst's "
-                         f"boundary: {a} / {b} {fig['median']:.2f} [p10 {fig['p10']:.2f} - "
-                         f"p90 {fig['p90']:.2f}] over {fig['bursts']} bursts paired; "
-                         f"{a}'s longer in {fig['longer']}")
+            if fig is not None:
+                lines.append("bursts locked to steps, the two steps after each burst's "
+                             f"boundary: {describe_pair(a, b, fig)}")
     return lines

@@ -133,14 +133,9 @@ class Microbursts(FailureKind):
             if armed is None:  # nobody else holds it
                 mb.stop()
             raise
-        geo = mb.geometry
-        rec: dict = {"armed": armed is not None, "every_steps": self.burst.every_steps,
-                     "counted": mb.scope, "geometry": geo.record()}
-        if not geo.can_drop:
-            rec["note"] = (f"delay-only: {geo.excess_packets:.1f} packets of excess per burst "
-                           f"do not fill the {geo.queue_packets}-packet FIFO at "
-                           f"{self.burst.target}")
-        return BurstStart(mb, rec)
+        return BurstStart(mb, {"armed": armed is not None,
+                               "every_steps": self.burst.every_steps, "counted": mb.scope,
+                               **self._geometry_record(mb)})
 
     def open_window(self, fab: Fabric, handle: object, t_resume: float) -> dict:
         """Step-locked: open the next window, ``window_start(k)`` after ``t_resume`` (the
@@ -156,11 +151,15 @@ class Microbursts(FailureKind):
         first = mb.t0 + self.burst.window_start(0) - time.monotonic()
         wait = first + STARTED_WAIT_S if first < MAX_WAIT_S else 0.0
         offsets = mb.started_offsets(max(0.0, wait))
+        return {"armed": armed, "t0": round(mb.t0, 6),
+                "start_offsets_ms": offsets, "start_spread_ms": spread(offsets),
+                "fired_late_ms": round((mb.t_fired - mb.t0) * 1e3, 4), "counted": mb.scope,
+                **self._geometry_record(mb)}
+
+    def _geometry_record(self, mb: Microburst) -> dict:
+        """The burst's geometry for its apply record, with a note when it can only delay."""
         geo = mb.geometry
-        rec = {"armed": armed, "t0": round(mb.t0, 6),
-               "start_offsets_ms": offsets, "start_spread_ms": spread(offsets),
-               "fired_late_ms": round((mb.t_fired - mb.t0) * 1e3, 4), "counted": mb.scope,
-               "geometry": geo.record()}
+        rec: dict = {"geometry": geo.record()}
         if not geo.can_drop:
             rec["note"] = (f"delay-only: {geo.excess_packets:.1f} packets of excess per burst "
                            f"do not fill the {geo.queue_packets}-packet FIFO at "
