@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,7 @@ from emu.failures import BurstStart, Microbursts
 from emu.microburst import Microburst, MicroburstSpec, arm_all, fire_all
 from emu.timeline import Timeline, TimelineRunner, at, microburst, restore
 from topologies import LinkSpec, MultiPlaneClos
+from workloads.experiment import load
 from workloads.metrics import failure_windows
 
 from .burstnoise import CpuWakeups, conclusive, excused, held_back
@@ -37,6 +39,7 @@ FEW_MS = 3.0  # "a few ms": senders of one instant start within this of each oth
 # lets through at once) and at least LOW_FRAMES fewer.
 HIGH_FRAMES, LOW_FRAMES = 15, 5
 SETTLE_S = 0.1  # after a burst's window, for its last frames to reach the target
+DEMO = Path(__file__).resolve().parents[2] / "experiments" / "training" / "demo_digits.toml"
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +98,9 @@ def run(fab: Fabric, spec: MicroburstSpec, seconds: float) -> dict:
     return mb.report()
 
 
-def test_the_demos_bursts_are_delay_spikes(fab):
-    # experiments/training/demo_digits.toml: h5 and h6 at line rate, 20 ms every 100 ms:
-    # 31 frames of excess per burst into a 100-frame FIFO
+def test_a_burst_within_the_buffer_is_a_delay_spike(fab):
+    # h5 and h6 at line rate, 20 ms every 100 ms: 31 frames of excess per burst into a
+    # 100-frame FIFO, so nothing drops and the burst reports itself delay-only
     rep = run(fab, MicroburstSpec("p0l1:h4", ("h5", "h6"), 20.0, 100.0, duration_s=0.5), 0.6)
     assert rep["geometry"]["can_drop"] is False
     assert rep["target"]["drops"] == 0 and rep["delay_only"] is True
@@ -110,6 +113,21 @@ def test_a_burst_sized_to_drop_drops_in_every_burst(fab, sources):
     spec = sized_burst(SPEC, "p0l1:h4", sources, every_ms=250.0)
     spec = MicroburstSpec(spec.target, spec.sources, spec.on_ms, spec.every_ms,
                           duration_s=0.7, mode="drop")
+    conclusive(lambda _: drops_in_every_burst(fab, spec))
+
+
+def test_the_demos_bursts_drop_in_every_burst(fab):
+    """The demo's own bursts (experiments/training/demo_digits.toml: target, sources,
+    on-time, mode), run periodically on links like the demo's, drop in every burst."""
+    exp = load(DEMO)
+    assert (exp.fabric.rate_mbit, exp.fabric.queue_packets) == (DEMO_LINK.rate_mbit,
+                                                                DEMO_LINK.queue_packets)
+    bursts = [e.action.burst for e in exp.events if isinstance(e.action, Microbursts)]
+    assert len(bursts) == 2 and {b.target for b in bursts} == {"p0l1:h4", "p1l1:h4"}
+    b = bursts[0]
+    assert b.step_locked and b.mode == "drop"
+    spec = MicroburstSpec(b.target, b.sources, b.on_ms, 250.0, b.rate_mbit, payload=b.payload,
+                          duration_s=0.7, mode=b.mode)
     conclusive(lambda _: drops_in_every_burst(fab, spec))
 
 
