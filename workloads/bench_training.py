@@ -26,6 +26,13 @@ figures reported as median and spread:
 
 Compute is modelled: padded to the real compute's p99 measured on the fabric under
 contention (x 2), and a run whose overruns exceed 5 % of its steps is refused.
+
+Repetition k of every variant uses one seed (seed + k), so the steps to the target are
+the same for every reliable transport in it and differ between repetitions. The time to
+target of two transports is therefore compared both ways: their
+ranges over repetitions (``..._beyond_spread``, where the seeds' spread enters), and
+their ratio repetition by repetition (``..._paired`` and ``..._paired_beyond_spread``:
+every ratio on one side of 1, at least ``summary.PAIRED_MIN`` of them).
 """
 
 from __future__ import annotations
@@ -42,7 +49,14 @@ from workloads.burst_pairs import describe_pair, pair_figure
 from workloads.overruns import overrun_stats, refuse_overruns
 from workloads.results import ResultsWriter, read_jsonl
 from workloads.runner import measure_rtt
-from workloads.summary import aggregate, beyond_spread, spread_cell, summarize_workload
+from workloads.summary import (
+    aggregate,
+    beyond_spread,
+    paired_beyond_spread,
+    ratios_by_rep,
+    spread_cell,
+    summarize_workload,
+)
 from workloads.variants import Variant, run_variants
 
 FABRIC = {"planes": 2, "spines": 4, "leaves": 4, "hosts_per_leaf": 4, "rate_mbit": 100.0,
@@ -157,7 +171,10 @@ def bench_training(say: Callable[[str], None] = print, quick: bool = False,
             f"{spread_cell(a.get('burst_drops'), 0)}")
     paired = paired_targets(per_rep)
     for key, fig in paired.items():
-        say(f"  {key}: {fig['median']:.3f} [{fig['min']:.3f}-{fig['max']:.3f}]")
+        if isinstance(fig, dict):
+            say(f"  {key}: {fig['median']:.3f} [{fig['min']:.3f}-{fig['max']:.3f}]")
+        else:
+            say(f"  {key}: {fig}")
     # burst by burst: the digits runs' bursts are locked to the steps
     for t, u in (("mrc", "rc"), ("mrc", "gloo")):
         pair = pair_figure(records, f"{t}/bursts", f"{u}/bursts")
@@ -176,7 +193,9 @@ def paired_targets(per_rep: list[dict]) -> dict:
     same run's own time to target without what the failure cost it before the target
     (``failure_lost_to_target_s``: each step's excess over that run's healthy median),
     which the host's speed drifting between two runs (their healthy steps differ by a
-    few %) does not enter (``..._vs_own_healthy``)."""
+    few %) does not enter (``..._vs_own_healthy``). And one transport's time to target
+    over another's, repetition by repetition, with whether every such ratio is on one
+    side of 1 (``..._paired``, ``..._paired_beyond_spread``)."""
     by = {(s["label"], s["rep"]): s for s in per_rep}
     out: dict = {}
 
@@ -196,6 +215,15 @@ def paired_targets(per_rep: list[dict]) -> dict:
                 [a["time_to_target_s"] / (a["time_to_target_s"] - a["failure_lost_to_target_s"])
                  for a, _ in runs if a.get("time_to_target_s")
                  and a.get("failure_lost_to_target_s") is not None])
+    # one transport's time to target over another's, repetition by repetition: the seed
+    # sets the steps to the target alike for both (lossless transports train alike)
+    for name, a, b in (("cut_time_to_target_mrc_vs_rc", "mrc/link_cut", "rc/link_cut"),
+                       ("cut_time_to_target_mrc_vs_gloo", "mrc/link_cut", "gloo/link_cut"),
+                       ("dblp_vs_mrc_time_to_target", "lm/dblp_bursts", "lm/mrc_bursts")):
+        ratios = ratios_by_rep(per_rep, a, b, "time_to_target_s")
+        put(f"{name}_paired", ratios)
+        if ratios:
+            out[f"{name}_paired_beyond_spread"] = paired_beyond_spread(ratios)
     return out
 
 

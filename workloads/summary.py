@@ -162,6 +162,49 @@ def beyond_spread(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> b
     return a["hi"] < b["lo"] or b["hi"] < a["lo"]
 
 
+# Paired ratios call a difference only when at least this many repetitions have both
+# figures and every one of them orders the two labels the same way.
+PAIRED_MIN = 3
+
+
+def ratios_by_rep(summaries: Iterable[Mapping[str, Any]], a: str, b: str,
+                  key: str) -> list[float]:
+    """``a``'s ``key`` over ``b``'s, repetition by repetition, where both have it.
+
+    Repetition k of every label ran in one round of the interleaving, with one seed: one
+    data order and accuracy trajectory, so a figure the seed sets for every label alike
+    (the steps to the target) cancels in the ratio, where it widens each label's spread.
+    """
+    by = {(s.get("label"), s.get("rep", 0)): s for s in summaries}
+    reps = sorted({int(s.get("rep", 0)) for s in summaries})
+    out = []
+    for r in reps:
+        x, y = by.get((a, r), {}).get(key), by.get((b, r), {}).get(key)
+        if x and y:
+            out.append(x / y)
+    return out
+
+
+def paired_beyond_spread(ratios: Sequence[float]) -> bool:
+    """Whether paired ratios (``ratios_by_rep``) call a difference: at least
+    ``PAIRED_MIN`` of them and all on one side of 1 (their range excludes 1)."""
+    return len(ratios) >= PAIRED_MIN and (max(ratios) < 1.0 or min(ratios) > 1.0)
+
+
+def verdict(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None,
+            ratios: Sequence[float]) -> str:
+    """Whether two labels' figures differ, in words: their ranges over repetitions do not
+    overlap (``beyond_spread``); or they overlap but every paired ratio is on one side
+    of 1 (``paired_beyond_spread``: the ranges hold what the seeds set alike); or
+    neither, and the difference is noise."""
+    if beyond_spread(a, b):
+        return "differ beyond the spread"
+    if paired_beyond_spread(ratios):
+        return "differ beyond the paired spread (the ranges overlap; every repetition " \
+               "orders them the same way)"
+    return "within the spread: not a difference"
+
+
 def spread_cell(fig: Mapping[str, Any] | None, digits: int = 1) -> str | None:
     """``median [lo-hi]`` for a table (the median alone for one repetition)."""
     if not fig:

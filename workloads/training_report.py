@@ -21,10 +21,11 @@ from workloads.overruns import overrun_stats
 from workloads.results import ResultsWriter, read_jsonl
 from workloads.summary import (
     aggregate,
-    beyond_spread,
+    ratios_by_rep,
     spread_cell,
     summarize_workload,
     target_of,
+    verdict,
 )
 
 
@@ -84,8 +85,9 @@ def report(out_dir: Path, exp: Experiment, labels: list[str],
 def repetitions_table(summaries: list[dict], cols: list[str], compare: Sequence[str]) -> str:
     """Median [spread] of each column over repetitions, per label, and for each figure of
     ``compare`` which labels' figures differ by more than their spread (the only
-    differences called differences), with their ratio repetition by repetition (paired:
-    repetition k of every label ran in one round of the interleaving)."""
+    differences called differences: ``summary.verdict``), with their ratio repetition by
+    repetition (paired: repetition k of every label ran in one round of the
+    interleaving, with one seed)."""
     agg = aggregate(summaries)
     rows = []
     for label, figs in agg.items():
@@ -96,19 +98,14 @@ def repetitions_table(summaries: list[dict], cols: list[str], compare: Sequence[
         rows.append(row)
     lines = [plots.comparison_table(rows)]
     labels = list(agg)
-    by = {(s["label"], s["rep"]): s for s in summaries}
-    reps = sorted({s["rep"] for s in summaries})
     for key in compare:
         for i, a in enumerate(labels):
             for b in labels[i + 1:]:
                 fa, fb = agg[a].get(key), agg[b].get(key)
                 if not (fa and fb):
                     continue
-                verdict = "differ beyond the spread" if beyond_spread(fa, fb) else \
-                    "within the spread: not a difference"
-                paired = [by[(a, r)][key] / by[(b, r)][key] for r in reps
-                          if by.get((a, r), {}).get(key) and by.get((b, r), {}).get(key)]
+                paired = ratios_by_rep(summaries, a, b, key)
                 ratios = f" (paired {', '.join(f'{x:.2f}' for x in paired)})" if paired else ""
                 lines.append(f"{key}: {a} {fa['median']:.3f} vs {b} {fb['median']:.3f}: "
-                             f"{verdict}{ratios}")
+                             f"{verdict(fa, fb, paired)}{ratios}")
     return "\n".join(lines)

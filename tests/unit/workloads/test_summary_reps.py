@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from workloads.summary import aggregate, beyond_spread, spread_cell, summarize
+from workloads.summary import (
+    aggregate,
+    beyond_spread,
+    paired_beyond_spread,
+    ratios_by_rep,
+    spread_cell,
+    summarize,
+    verdict,
+)
 
 
 def test_aggregate_median_and_spread_per_label():
@@ -22,6 +30,32 @@ def test_a_difference_counts_only_beyond_the_spread():
     assert beyond_spread(a, {"median": 13.0, "lo": 12.0, "hi": 14.0, "n": 3})
     assert not beyond_spread(a, {"median": 11.5, "lo": 10.5, "hi": 12.5, "n": 3})
     assert not beyond_spread(a, None)
+
+
+def test_paired_ratios_take_each_repetition_with_its_own():
+    runs = [{"label": "mrc", "rep": 0, "tt": 2.0}, {"label": "rc", "rep": 0, "tt": 2.5},
+            {"label": "mrc", "rep": 1, "tt": 3.0}, {"label": "rc", "rep": 1, "tt": None},
+            {"label": "rc", "rep": 2, "tt": 4.0}, {"label": "mrc", "rep": 2, "tt": 3.6}]
+    assert ratios_by_rep(runs, "mrc", "rc", "tt") == [0.8, 0.9]  # rep 1: rc never got it
+    assert ratios_by_rep(runs, "mrc", "gloo", "tt") == []
+
+
+def test_paired_ratios_call_a_difference_when_every_one_is_on_one_side():
+    assert paired_beyond_spread([0.92, 0.95, 0.91])
+    assert paired_beyond_spread([1.1, 1.02, 1.3])
+    assert not paired_beyond_spread([0.92, 1.01, 0.91])  # one repetition the other way
+    assert not paired_beyond_spread([0.9, 0.9])  # too few pairs
+    assert not paired_beyond_spread([0.9, 1.0, 0.9])  # a tie is not an order
+
+
+def test_the_verdict_names_which_spread_a_difference_exceeds():
+    # time to target, the seeds' steps to it spread both labels alike
+    a = {"median": 2.60, "lo": 2.52, "hi": 3.48, "n": 3}
+    b = {"median": 2.88, "lo": 2.75, "hi": 3.65, "n": 3}
+    assert verdict(a, b, [0.92, 0.95, 0.91]).startswith("differ beyond the paired spread")
+    assert verdict(a, b, [0.92, 1.05, 0.91]) == "within the spread: not a difference"
+    far = {"median": 5.0, "lo": 4.9, "hi": 5.1, "n": 3}
+    assert verdict(a, far, [0.5, 1.5]) == "differ beyond the spread"
 
 
 def test_time_lost_is_never_negative():
@@ -80,6 +114,26 @@ def test_paired_time_to_target_ratios_per_repetition():
     assert "rc_bursts_time_to_target_vs_own_healthy" not in out  # no cost recorded
 
 
+def test_transports_time_to_target_paired_repetition_by_repetition():
+    from workloads.bench_training import paired_targets
+
+    def rec(label, rep, tt):
+        return {"label": label, "rep": rep, "time_to_target_s": tt}
+
+    # the seeds set 142 to 190 steps to the target: the ranges overlap, the pairs do not
+    per_rep = [rec("mrc/link_cut", 0, 2.53), rec("rc/link_cut", 0, 2.75),
+               rec("mrc/link_cut", 1, 3.48), rec("rc/link_cut", 1, 3.65),
+               rec("mrc/link_cut", 2, 2.60), rec("rc/link_cut", 2, 2.88),
+               rec("gloo/link_cut", 0, 2.4), rec("gloo/link_cut", 1, 3.7),
+               rec("gloo/link_cut", 2, 3.0)]
+    out = paired_targets(per_rep)
+    assert out["cut_time_to_target_mrc_vs_rc_paired"] == {
+        "median": 0.92, "min": 0.903, "max": 0.953}
+    assert out["cut_time_to_target_mrc_vs_rc_paired_beyond_spread"] is True
+    assert out["cut_time_to_target_mrc_vs_gloo_paired_beyond_spread"] is False  # 1.05 once
+    assert "dblp_vs_mrc_time_to_target_paired" not in out  # no LM runs
+
+
 def test_the_repetitions_table_compares_each_figure_and_pairs_the_repetitions():
     from workloads.training_report import repetitions_table
 
@@ -96,3 +150,14 @@ def test_the_repetitions_table_compares_each_figure_and_pairs_the_repetitions():
             "difference (paired 0.50, 1.10, 0.50)") in lines
     assert ("time_to_target_s: mrc 5.100 vs rc 5.200: within the spread: not a difference "
             "(paired 1.00, 1.00)") in lines
+
+
+def test_the_repetitions_table_calls_a_paired_difference_by_its_name():
+    from workloads.training_report import repetitions_table
+
+    runs = [{"label": t, "rep": r, "time_to_target_s": tt * (0.9 if t == "mrc" else 1.0)}
+            for r, tt in enumerate((4.5, 6.4, 4.7)) for t in ("mrc", "rc")]
+    text = repetitions_table(runs, ["label", "rep", "time_to_target_s"], ["time_to_target_s"])
+    assert ("time_to_target_s: mrc 4.230 vs rc 4.700: differ beyond the paired spread (the "
+            "ranges overlap; every repetition orders them the same way) (paired 0.90, 0.90, "
+            "0.90)") in text.splitlines()
