@@ -127,12 +127,25 @@ def test_cpu_bound_points_are_excluded_from_the_fit_with_the_reason():
     assert sec["regime"]["cpu_cores_max"] == 0.2  # kept measurements only
 
 
-def test_bootstrap_contains_the_value_and_is_seeded():
+def test_bootstrap_contains_the_value_and_is_seeded(monkeypatch):
     sec1 = cal.transport_record("mrc", _measurements(REGIME, name="mrc"), seed=3)
     sec2 = cal.transport_record("mrc", _measurements(REGIME, name="mrc"), seed=3)
-    sec3 = cal.transport_record("mrc", _measurements(REGIME, name="mrc"), seed=4)
     assert sec1 == sec2
-    assert sec1["eta"]["lo"] != sec3["eta"]["lo"]
+    # the record's seed reaches every bootstrap (4 repetitions resample onto so few
+    # distinct values that two seeds' intervals may well coincide: see the seeds)
+    seen: dict[int, list[int]] = {3: [], 4: []}
+    real = cal.bootstrap
+    for seed in seen:
+        monkeypatch.setattr(cal, "bootstrap", lambda *a, _s=seed, **k: (
+            seen[_s].append(k["seed"]), real(*a, **k))[1])
+        cal.transport_record("mrc", _measurements(REGIME, name="mrc"), seed=seed)
+    assert len(seen[3]) == len(seen[4]) >= 5
+    assert all(a != b for a, b in zip(seen[3], seen[4], strict=True))
+    # on 20 distinct values, two seeds draw different intervals; one seed the same
+    xs = [0.1 * i + 0.013 * (i % 3) for i in range(20)]
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    assert stats.bootstrap(xs, mean, seed=1) == stats.bootstrap(xs, mean, seed=1)
+    assert stats.bootstrap(xs, mean, seed=1) != stats.bootstrap(xs, mean, seed=2)
     for e in (sec1["eta"], *sec1["load_balance"], *sec1["tail_inflation"],
               sec1["recovery"]["link_cut"] | {"value": sec1["recovery"]["link_cut"][
                   "recovery_rtts"]}):
