@@ -167,7 +167,7 @@ def beyond_spread(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> b
 PAIRED_MIN = 3
 
 
-def ratios_by_rep(summaries: Iterable[Mapping[str, Any]], a: str, b: str,
+def ratios_by_rep(summaries: Sequence[Mapping[str, Any]], a: str, b: str,
                   key: str) -> list[float]:
     """``a``'s ``key`` over ``b``'s, repetition by repetition, where both have it.
 
