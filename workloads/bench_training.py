@@ -29,10 +29,10 @@ contention (x 2), and a run whose overruns exceed 5 % of its steps is refused.
 
 Repetition k of every variant uses one seed (seed + k), so the steps to the target are
 the same for every reliable transport in it and differ between repetitions. The time to
-target of two transports is therefore compared both ways: their
-ranges over repetitions (``..._beyond_spread``, where the seeds' spread enters), and
-their ratio repetition by repetition (``..._paired`` and ``..._paired_beyond_spread``:
-every ratio on one side of 1, at least ``summary.PAIRED_MIN`` of them).
+target of two transports is therefore compared both ways: their ranges over
+repetitions (``..._beyond_spread``, where the seeds' spread enters), and their ratio
+repetition by repetition (``..._paired`` and ``..._paired_beyond_spread``: every ratio
+on one side of 1, at least ``summary.PAIRED_MIN`` of them).
 """
 
 from __future__ import annotations
@@ -196,7 +196,6 @@ def paired_targets(per_rep: list[dict]) -> dict:
     few %) does not enter (``..._vs_own_healthy``). And one transport's time to target
     over another's, repetition by repetition, with whether every such ratio is on one
     side of 1 (``..._paired``, ``..._paired_beyond_spread``)."""
-    by = {(s["label"], s["rep"]): s for s in per_rep}
     out: dict = {}
 
     def put(key: str, ratios: list[float]) -> None:
@@ -206,14 +205,12 @@ def paired_targets(per_rep: list[dict]) -> dict:
 
     for t in ("mrc", "rc", "gloo"):
         for failure in ("link_cut", "bursts"):
-            runs = [(by.get((f"{t}/{failure}", r), {}), by.get((f"{t}/healthy", r), {}))
-                    for r in range(REPS)]
             put(f"{t}_{failure}_time_to_target_vs_healthy_paired",
-                [a["time_to_target_s"] / b["time_to_target_s"] for a, b in runs
-                 if a.get("time_to_target_s") and b.get("time_to_target_s")])
+                ratios_by_rep(per_rep, f"{t}/{failure}", f"{t}/healthy", "time_to_target_s"))
+            runs = [s for s in per_rep if s.get("label") == f"{t}/{failure}"]
             put(f"{t}_{failure}_time_to_target_vs_own_healthy",
                 [a["time_to_target_s"] / (a["time_to_target_s"] - a["failure_lost_to_target_s"])
-                 for a, _ in runs if a.get("time_to_target_s")
+                 for a in runs if a.get("time_to_target_s")
                  and a.get("failure_lost_to_target_s") is not None])
     # one transport's time to target over another's, repetition by repetition: the seed
     # sets the steps to the target alike for reliable transports (they train alike);
