@@ -13,6 +13,7 @@ from pathlib import Path
 
 from commands.reproduce.command import configure as configure_reproduce
 from commands.sweep.command import configure as configure_sweep
+from emu import interrupts
 from emu.errors import EmuError
 from explorer.command import configure_parser as configure_explore
 from explorer.spec import SpecError
@@ -25,9 +26,10 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    # Unwind like Ctrl-C, so every `with Fabric(...)` tears down.
-    raise KeyboardInterrupt
+def install_stop_handlers() -> None:
+    """Ctrl-C, SIGTERM and SIGHUP unwind alike (``emu.interrupts``). Called again by
+    whatever replaced the handlers (Ray installs its own)."""
+    interrupts.install()
 
 
 def _spec(args: argparse.Namespace) -> MultiPlaneClos | ScaleAcross:
@@ -138,6 +140,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
     else:
         print(f"removed: fabrics {r.fabrics or '-'}, {r.processes} processes, "
               f"{len(r.namespaces)} namespaces, {len(r.tmpdirs)} temp dirs")
+        for s in r.left:
+            print(f"left: fabric {s}; its record is kept for the next `emu clean`")
     for s in r.skipped_running:
         print(f"left running: fabric {s} (its owner is alive; --force removes it)")
     if r.stuck:
@@ -149,24 +153,26 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
-def _out_dir(args: argparse.Namespace, stem: str) -> Path:
-    out = Path(args.out) if args.out else Path("results") / time.strftime(f"{stem}-%Y%m%d-%H%M%S")
-    if (out / "results.jsonl").exists():
-        raise EmuError(f"--out {str(out)!r} already holds results.jsonl: choose a new directory")
-    return out
+def _out_dir(args: argparse.Namespace, stem: str, what: str) -> Path:
+    """The command's results directory, made only once it is known the command can run:
+    root is checked first, so a refused command leaves no directory behind."""
+    from emu import safefs
+    from emu.errors import require_root
+
+    require_root(what)
+    return safefs.results_dir(args.out, stem, force=args.force)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     if args.paths:
         from emu.demo import run_demo
 
-        out = Path(args.out) if args.out else Path("results") / time.strftime(
-            "paths-%Y%m%d-%H%M%S")
+        out = _out_dir(args, "paths", "emu demo --paths")
         res = run_demo(out, seconds=args.seconds, say=_progress)
         return 0 if all(c["ok"] for c in res["path_checks"]) else 1
     from workloads.demo import run_training_demo
 
-    out = _out_dir(args, "demo")
+    out = _out_dir(args, "demo", "emu demo")
     run_training_demo(out, say=_progress, steps=args.steps)
     print(f"results: {out}/ (results.jsonl, steps.csv, job_steps.csv, evals.csv, events.csv, "
           "calibration.json, time_to_accuracy.png, step_timeline.png)")
@@ -189,7 +195,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     # A Python timeline that does more than declare events runs here, as root, the first
     # time its events are asked for: now, so its errors come before anything is built.
     _ = exp.events
-    out = _out_dir(args, exp.name)
+    from emu.capture import capture_point
+
+    for where in args.capture or ():  # checked before the results directory exists
+        capture_point(exp.fabric_spec(), where)
+    out = _out_dir(args, exp.name, "emu run")
     _progress(f"emu run {args.file}: results in {out}/")
     run_experiment(exp, out, say=_progress, variants=variants, captures=args.capture or ())
     return 0
@@ -222,7 +232,7 @@ def _run_bench(args: argparse.Namespace) -> dict:
         from workloads.bench_training import bench_training
 
         res = bench_training(say=_progress, quick=args.quick,
-                             out_dir=_out_dir(args, "bench-training"))
+                             out_dir=_out_dir(args, "bench-training", "emu bench training"))
     elif args.bench == "transport":
         from transports.bench import bench_transport
         from workloads.bench_allreduce import bench_allreduce_fabric
@@ -253,11 +263,19 @@ def _run_bench(args: argparse.Namespace) -> dict:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from emu import safefs
+    from emu.errors import require_root
     from workloads.calibrate import calibrate
 
-    out = Path(args.out) if args.out else Path("results") / time.strftime(
-        "calibrate-%Y%m%d-%H%M%S") / "calibration.json"
     names = tuple(t.strip() for t in args.transports.split(",") if t.strip())
+    require_root("emu calibrate")
+    if args.out:
+        out = Path(args.out)
+        if (out.exists() or out.is_symlink()) and not args.force:
+            raise EmuError(f"--out {str(out)!r} already exists: choose a new path, or pass "
+                           "--force to replace it")
+    else:
+        out = safefs.results_dir(None, "calibrate") / "calibration.json"
     rec = calibrate(out, quick=args.quick, transports=names, say=_progress,
                     training_results=Path(args.training_results) if args.training_results
                     else None)
@@ -327,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "through a link cut and microbursts; compare")
     m.add_argument("--out", help="results directory (default results/demo-TIMESTAMP)")
     m.add_argument("--steps", type=int, default=None, help="training steps per transport")
+    _force_arg(m)
     m.add_argument("--paths", action="store_true",
                    help="instead: prove the default fabric's paths and measure their goodput")
     m.add_argument("--seconds", type=float, default=1.0, help="--paths: window per test")
@@ -344,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "scripts you trust.")
     r.add_argument("file", help="experiment file, e.g. experiments/training/demo_digits.toml")
     r.add_argument("--out", help="results directory (default results/NAME-TIMESTAMP)")
+    _force_arg(r)
     r.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override a key, e.g. --set workload.steps=50 (repeatable)")
     r.add_argument("--transports", metavar="A,B,...",
@@ -368,9 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
           "ride-through, CPU per packet", "smaller messages")
     bench("dblp", "round latency through microbursts: DBLP vs reliable, MLT-style and "
           "OptiReduce-style rounds", "fewer rounds")
-    bench("training", "digits CNN over MRC, RC and gloo: healthy, link cut, microbursts; "
-          "DBLP vs MRC time to target loss under bursts", "fewer steps").add_argument(
-        "--out", help="results directory (default results/bench-training-TIME)")
+    bt = bench("training", "digits CNN over MRC, RC and gloo: healthy, link cut, "
+               "microbursts; DBLP vs MRC time to target loss under bursts", "fewer steps")
+    bt.add_argument("--out", help="results directory (default results/bench-training-TIME)")
+    _force_arg(bt)
     bench("bursts", "MRC vs RC through microbursts onto the receiver's host ports, on the "
           "fake network: bursts by step, swept over the step cycle; worst, typical and "
           "paired burst steps (no root)",
@@ -399,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--training-results", metavar="DIR",
                      help="an `emu bench training` output directory: DBLP's steps ratio")
     cal.add_argument("--json", action="store_true", help="print the record")
+    _force_arg(cal, "replace an existing --out file")
     cal.set_defaults(func=cmd_calibrate)
 
     x = sub.add_parser("explore", help="full-scale projection: search placement x schedule "
@@ -409,6 +431,11 @@ def build_parser() -> argparse.ArgumentParser:
     configure_reproduce(sub)
     configure_sweep(sub)
     return p
+
+
+def _force_arg(p: argparse.ArgumentParser,
+               help: str = "write into an --out directory that already holds files") -> None:
+    p.add_argument("--force", action="store_true", help=help)
 
 
 def _bfd_args(p: argparse.ArgumentParser) -> None:
@@ -431,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    install_stop_handlers()
     try:
         _apply_timeout_scale(args.timeout_scale)
         return args.func(args)
@@ -439,8 +466,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"emu: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; torn down", file=sys.stderr)
-        return 130
+        signum = interrupts.stopped_by() or signal.SIGINT
+        print(f"interrupted ({signal.Signals(signum).name}); torn down", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

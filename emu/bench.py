@@ -16,11 +16,12 @@ from mininet.link import Link
 from mininet.net import Mininet
 from mininet.node import Host, Node
 
+from emu import interrupts
 from emu.errors import require_root
 from emu.fabric import Fabric
 from emu.mininet_topo import MultiPlaneClosTopo
 from emu.netns import ns_inode
-from emu.registry import kill_all, processes_in
+from emu.registry import kill_in
 from topologies import MultiPlaneClos
 
 REFERENCE = MultiPlaneClos(planes=2, spines=4, leaves=4, hosts_per_leaf=4)
@@ -41,10 +42,12 @@ class PlainRouter(Node):
 def _time_ours(spec: MultiPlaneClos) -> dict:
     fab = Fabric(spec, name="bench")
     t0 = time.monotonic()
-    fab.start()
-    build = time.monotonic() - t0
-    routes = sum(len(p.routes) for p in fab.plans.values())
-    stop = fab.stop()
+    try:
+        fab.start()
+        build = time.monotonic() - t0
+        routes = sum(len(p.routes) for p in fab.plans.values())
+    finally:
+        stop = fab.stop()  # interrupted or not: never leave the fabric behind
     return {"build_s": round(build, 3), "teardown_s": round(stop, 3), "routes": routes}
 
 
@@ -54,15 +57,20 @@ def _time_plain(spec: MultiPlaneClos) -> dict:
     t0 = time.monotonic()
     net = Mininet(topo=topo, host=Host, link=Link, controller=None, autoSetMacs=False,
                   build=False)
-    net.build()
-    net.start()
-    build = time.monotonic() - t0
-    inodes = {i for n in net.hosts + net.switches if (i := ns_inode(n.pid)) is not None}
-    t1 = time.monotonic()
+    t1 = t0
     try:
-        net.stop()
+        net.build()
+        net.start()
+        build = time.monotonic() - t0
+        t1 = time.monotonic()
     finally:
-        kill_all(processes_in(inodes))  # never leave the reference's namespaces behind
+        # interrupted or not, never leave the reference's namespaces behind
+        inodes = {i for n in net.hosts + net.switches if (i := ns_inode(n.pid)) is not None}
+        with interrupts.uninterrupted():
+            try:
+                net.stop()
+            finally:
+                kill_in(inodes)
     return {"build_s": round(build, 3), "teardown_s": round(time.monotonic() - t1, 3)}
 
 

@@ -6,7 +6,8 @@
     for pkt in transports.scapy_layer.read_pcap(cap.path):  # Ether/IPv6/SRH/UDP/SaeTransport
         ...
 
-``Capture`` starts ``nsenter --net=/run/netns/NS tcpdump -i IFNAME -w PATH -U ...``,
+``Capture`` opens PATH itself (never through a symlink: ``emu.safefs``) and starts
+``nsenter --net=/run/netns/NS tcpdump -i IFNAME -w - -U ...`` writing into that descriptor,
 returns from ``__enter__`` only once tcpdump says "listening on" (the socket is
 open and filtered: nothing sent afterwards is missed), and on exit stops it with
 SIGINT and waits for it, so the pcap is complete and closed. The process runs
@@ -31,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from emu import safefs
 from emu.errors import EmuError
 from topologies.errors import TopologyError
 
@@ -103,7 +105,8 @@ class Capture:
 
     def __init__(self, fab: Fabric, node: str, ifname: str, path: str | os.PathLike[str],
                  filter: str = DEFAULT_FILTER, snaplen: int = 256,
-                 start_timeout: float = 5.0, stop_timeout: float = 5.0) -> None:
+                 start_timeout: float = 5.0, stop_timeout: float = 5.0,
+                 exclusive: bool = False) -> None:
         if fab.net is None or not fab.kernels:
             raise EmuError("Capture needs a running fabric (inside `with Fabric(...)`)")
         check_port(fab.spec, node, ifname)
@@ -117,6 +120,7 @@ class Capture:
         self.snaplen = snaplen
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
+        self.exclusive = exclusive  # the pcap must be a new file (a run's own directory)
         self.stats: CaptureStats | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr = b""
@@ -127,9 +131,10 @@ class Capture:
 
     def command(self) -> list[str]:
         """The command line that runs the capture."""
-        # -Z root: Debian's tcpdump otherwise drops to user tcpdump and may not create PATH.
+        # -w -: the pcap goes to stdout, a descriptor this process opened (tcpdump never
+        # opens a path as root). -Z root: no privilege drop, which would gain nothing here.
         # --immediate-mode: packets reach the file at once, none wait in a ring block at exit.
-        cmd = self.fab.in_netns(self.node, "tcpdump", "-i", self.ifname, "-w", str(self.path),
+        cmd = self.fab.in_netns(self.node, "tcpdump", "-i", self.ifname, "-w", "-",
                                 "-U", "-s", str(self.snaplen), "-n", "-Z", "root",
                                 "--immediate-mode")
         return cmd + ([self.filter] if self.filter else [])
@@ -154,13 +159,14 @@ class Capture:
         """Start tcpdump; returns once it captures. EmuError (with its output) otherwise."""
         if self._proc is not None:
             raise EmuError(f"{self!r} is already running")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        safefs.mkdir_private(self.path.parent)
         self.stats = None
         self._stderr = b""
-        # Own session: a Ctrl-C at the terminal must not end the capture before stop().
-        proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        opener = safefs.open_new if self.exclusive else safefs.open_write
+        with opener(self.path, binary=True) as pcap:
+            # Own session: a Ctrl-C at the terminal must not end the capture before stop().
+            proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=pcap,
+                                    stderr=subprocess.PIPE, start_new_session=True)
         self._proc = proc
         try:
             self._wait_listening(proc)

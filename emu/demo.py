@@ -10,12 +10,12 @@ JSON file as each step finishes.
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path as FsPath
 
+from emu import safefs
 from emu.counters import interface_packets
 from emu.fabric import Fabric
 from emu.netns import entered
@@ -70,12 +70,12 @@ def run_demo(out_dir: FsPath, seconds: float = 1.0,
              say: Callable[[str], None] = print) -> dict:
     """Run the demo on the default fabric; returns (and writes) the results."""
     spec = MultiPlaneClos()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    safefs.mkdir_private(out_dir)
     out_file = out_dir / "demo.json"
     results: dict = {"fabric": asdict(spec), "link_rate_mbit": spec.host_link.rate_mbit}
 
     def save() -> None:
-        out_file.write_text(json.dumps(results, indent=1, default=str))
+        safefs.write_json(out_file, results, indent=1, default=str)
 
     hosts = [h.name for h in spec.hosts]
     per_rack = spec.hosts_per_leaf

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from emu import capacity, frr, registry
+from emu import capacity, frr, interrupts, registry
 from emu.delayline import DelayLine
 from emu.errors import EmuError, require_root
 from emu.frr import DEFAULT_BFD, BfdTimers, FrrRunner
@@ -114,7 +114,8 @@ class Fabric:
     # -- lifecycle -------------------------------------------------------------------------
 
     def __enter__(self) -> Fabric:
-        self.start()
+        if self.net is None:  # a fabric already started by the caller is entered as it is
+            self.start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -168,7 +169,15 @@ class Fabric:
             raise EmuError(f"nodes {shared[:5]} did not get a network namespace of their own")
         for node in spec.nodes:
             rec = self._state.namespaces[node.name]
-            bind_name(rec["pid"], rec["netns"])
+            try:
+                bind_name(rec["pid"], rec["netns"])
+            except FileExistsError:
+                # Not ours: stop() and `emu clean` remove only names bound to our namespaces.
+                raise EmuError(
+                    f"namespace name {rec['netns']!r} already exists under {NETNS_RUN_DIR} "
+                    "and was not created by this fabric: if it is a stale one of yours, "
+                    f"remove it (`ip netns delete {rec['netns']}`); otherwise build this "
+                    "fabric under another name") from None
             self.kernels[node.name] = NodeKernel.open(node.name, rec["netns"], rec["pid"],
                                                       node.role)
         t1 = time.monotonic()
@@ -213,6 +222,8 @@ class Fabric:
             self._start_frr()
         t4 = time.monotonic()
         self.build_times = BuildTimes(t1 - t0, t2 - t1, t3 - t2, t4 - t3)
+        self._state.built = True
+        self._state.save()
 
     def _choose_delay_backend(self, node: str) -> str:
         """netem if asked for or (auto) if this kernel has it, else the userspace delay line."""
@@ -275,7 +286,13 @@ class Fabric:
             time.sleep(0.05)
 
     def stop(self) -> float:
-        """Tear everything down (idempotent). Returns the seconds it took."""
+        """Tear everything down (idempotent). Returns the seconds it took. A Ctrl-C,
+        SIGTERM or SIGHUP arriving meanwhile is held until the teardown is complete
+        (``emu.interrupts``)."""
+        with interrupts.uninterrupted():
+            return self._teardown()
+
+    def _teardown(self) -> float:
         t0 = time.monotonic()
         for dl in self.delay_lines.values():
             dl.stop()  # final counters stay readable through dl.stats()
@@ -287,15 +304,13 @@ class Fabric:
         self.kernels.clear()
         if self._state is not None:
             inodes = {r["inode"] for r in self._state.namespaces.values() if r.get("inode")}
-            pids = registry.processes_in(inodes) if inodes else []
-            registry.kill_all(pids)
+            registry.kill_in(inodes)
             if self.frr is not None:
                 self.frr.reap()  # every daemon was in our namespaces: killed above
                 self.frr = None
             for d in self._state.tmpdirs:
                 shutil.rmtree(d, ignore_errors=True)
-            _, stuck = registry.unbind_names(
-                [rec["netns"] for rec in self._state.namespaces.values()])
+            _, stuck = registry.unbind_owned(list(self._state.namespaces.values()))
             if stuck:  # the state file stays: emu clean retries them
                 log.warning("could not remove %d namespace names: %s; %s", len(stuck),
                             ", ".join(why for _, why in stuck), registry.STUCK_HINT)

@@ -13,11 +13,13 @@ workers, collective checkers, burst senders, delay-line relays)::
             result = c.record("result", timeout=60.0)
 
 Each child gets the project's own code first on its ``PYTHONPATH`` (the children run
-this very code), a lifeline pipe (it dies with this process, however this process
-ends), its configuration on stdin, and its own session (Ctrl-C in the terminal
-reaches only this process, which stops its children itself). Its stdout records
-are read by a thread as they arrive; its stderr is drained into a bounded tail
-that error messages quote.
+this very code) and nothing from anyone's working directory: it runs in ``/`` with
+``PYTHONSAFEPATH=1`` (as ``python -P``, for its own children too), so a module another
+user planted where ``emu`` was started is never imported as root. It also gets a
+lifeline pipe (it dies with this process, however this process ends), its
+configuration on stdin, and its own session (Ctrl-C in the terminal reaches only this
+process, which stops its children itself). Its stdout records are read by a thread as
+they arrive; its stderr is drained into a bounded tail that error messages quote.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from emu.errors import EmuError
 from emu.timeouts import describe, scaled
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# A child's working directory: root's own, and never on its import path (PYTHONSAFEPATH).
+CHILD_CWD = "/"
 STDERR_TAIL_LINES = 200
 JOIN_S = 5.0  # for a child's reader threads after it exited
 POLL_S = 0.02  # a group waiting for its children's ready records looks at all this often
@@ -47,10 +51,13 @@ OnRecord = Callable[["Child", Record], None]
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment with the project root first on ``PYTHONPATH``."""
+    """This process's environment with the project root first on ``PYTHONPATH`` and
+    ``PYTHONSAFEPATH=1`` (no script directory or working directory on a Python child's
+    import path, nor on its own children's)."""
     env = dict(os.environ)
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(PROJECT_ROOT) + (os.pathsep + old if old else "")
+    env["PYTHONSAFEPATH"] = "1"
     env.update(extra or {})
     return env
 
@@ -80,7 +87,7 @@ class Child:
             self.proc = subprocess.Popen(
                 list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True,
-                env=child_env({**(env or {}), LIFELINE_ENV: str(life_r)}),
+                env=child_env({**(env or {}), LIFELINE_ENV: str(life_r)}), cwd=CHILD_CWD,
                 pass_fds=(life_r, *pass_fds), start_new_session=new_session)
         except OSError as e:
             os.close(self._lifeline)

@@ -16,10 +16,13 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emu import safefs
+from emu.errors import EmuError
 from emu.netns import NETNS_RUN_DIR, ns_inode, unbind_name
 
 log = logging.getLogger(__name__)
@@ -42,16 +45,15 @@ class FabricState:
     owner_start: int = 0  # the owner's start time (clock ticks): guards against pid reuse
     namespaces: dict[str, dict] = field(default_factory=dict)  # node -> {netns, pid, inode}
     tmpdirs: list[str] = field(default_factory=list)
+    built: bool = False  # the build completed (links, routes and control plane up)
 
     @property
     def path(self) -> Path:
         return STATE_DIR / f"fabric-{self.fabric}.json"
 
     def save(self) -> None:
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.__dict__, indent=1))
-        tmp.replace(self.path)
+        state_dir()
+        safefs.write_json(self.path, self.__dict__, indent=1)
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -59,6 +61,21 @@ class FabricState:
     @classmethod
     def load(cls, path: Path) -> FabricState:
         return cls(**json.loads(path.read_text()))
+
+
+def state_dir() -> Path:
+    """STATE_DIR, created 0700 if missing; refused unless it is a real directory owned by
+    this user that no one else can write to (``emu clean`` acts on what it records)."""
+    try:
+        STATE_DIR.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    st = os.lstat(STATE_DIR)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise EmuError(f"{STATE_DIR} is not a directory of this user's that only it can write "
+                       f"to (owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}): "
+                       "another user may have planted it; remove it and run again")
+    return STATE_DIR
 
 
 def start_time(pid: int) -> int | None:
@@ -95,6 +112,7 @@ def stale_states() -> list[FabricState]:
 def _states() -> list[FabricState]:
     if not STATE_DIR.is_dir():
         return []
+    state_dir()  # never act on records another user could have written
     out = []
     for p in sorted(STATE_DIR.glob("fabric-*.json")):
         try:
@@ -137,20 +155,42 @@ def kill_all(pids: list[int], timeout: float = 2.0) -> None:
             time.sleep(0.005)
 
 
+def kill_in(inodes: set[int], timeout: float = 5.0) -> int:
+    """SIGKILL every process in the namespaces ``inodes`` until a scan finds none (a
+    process that was being started as the first scan ran shows up in a later one);
+    bounded by ``timeout``. Returns how many were killed."""
+    killed = 0
+    deadline = time.monotonic() + timeout
+    while inodes:
+        pids = processes_in(inodes)
+        if not pids:
+            break
+        kill_all(pids, max(0.1, deadline - time.monotonic()))
+        killed += len(pids)
+        if time.monotonic() > deadline:
+            log.warning("processes still starting in a fabric's namespaces after %.0f s",
+                        timeout)
+            break
+    return killed
+
+
 @dataclass
 class CleanReport:
     """What a clean removed."""
 
-    fabrics: list[str] = field(default_factory=list)
+    fabrics: list[str] = field(default_factory=list)  # fabrics removed entirely
     processes: int = 0
     namespaces: list[str] = field(default_factory=list)
     tmpdirs: list[str] = field(default_factory=list)
+    built: bool = False  # the build completed (links, routes and control plane up)
     skipped_running: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)  # names that could not be removed, and why
+    left: list[str] = field(default_factory=list)  # fabrics kept for a retry, and why
 
     @property
     def empty(self) -> bool:
-        return not (self.fabrics or self.processes or self.namespaces or self.tmpdirs)
+        return not (self.fabrics or self.processes or self.namespaces or self.tmpdirs
+                    or self.left)
 
 
 def clean(force: bool = False, only: str | None = None) -> CleanReport:
@@ -161,47 +201,54 @@ def clean(force: bool = False, only: str | None = None) -> CleanReport:
     report = CleanReport()
     states = _states()
     inodes: set[int] = set()
-    names: set[str] = set()
+    chosen: list[FabricState] = []
     for st in states:
         if only is not None and st.fabric != only:
             continue
         if owner_alive(st) and not force:
             report.skipped_running.append(f"{st.fabric} (pid {st.owner_pid})")
             continue
-        report.fabrics.append(st.fabric)
+        chosen.append(st)
         for rec in st.namespaces.values():
-            names.add(rec["netns"])
-            # The recorded inode guards against a recycled pid.
-            if rec.get("inode") and ns_inode(rec["pid"]) == rec["inode"]:
+            # Our namespace only: its node still runs (the recorded inode guards against a
+            # recycled pid) or our name still holds it (never a name someone else holds).
+            if rec.get("inode") and (ns_inode(rec["pid"]) == rec["inode"] or owns_name(rec)):
                 inodes.add(rec["inode"])
         for d in st.tmpdirs:
             if Path(d).exists():
                 shutil.rmtree(d, ignore_errors=True)
                 report.tmpdirs.append(d)
-    fabric_of = {rec["netns"]: st.fabric for st in states for rec in st.namespaces.values()}
-    for name in names:
-        try:
-            inodes.add(os.stat(NETNS_RUN_DIR / name).st_ino)
-        except OSError:
-            pass
-    pids = processes_in(inodes) if inodes else []
-    kill_all(pids)
-    report.processes = len(pids)
-    report.namespaces, stuck = unbind_names(sorted(names))
-    report.stuck = [why for _, why in stuck]
-    keep = {fabric_of.get(name, "") for name, _ in stuck}  # their state files stay, for a retry
-    for st in states:
-        if st.fabric in report.fabrics and st.fabric not in keep:
+    report.processes = kill_in(inodes)
+    for st in chosen:
+        removed, stuck = unbind_owned(list(st.namespaces.values()))
+        report.namespaces += removed
+        if stuck:  # its state file stays, for a retry
+            report.stuck += [why for _, why in stuck]
+            report.left.append(f"{st.fabric} ({len(stuck)} namespace names not removed)")
+        else:
+            report.fabrics.append(st.fabric)
             st.remove()
     return report
 
 
-def unbind_names(names: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
-    """Remove ``names`` from /run/netns, going on past one that cannot be: the names
-    removed, and the (name, why) of each one left."""
+def owns_name(rec: dict) -> bool:
+    """True if the /run/netns name of namespace record ``rec`` ({netns, pid, inode}) is
+    bound to the namespace we created: a name someone else holds, or one we never got
+    to bind, is not ours to remove."""
+    try:
+        ino = os.stat(NETNS_RUN_DIR / rec["netns"]).st_ino
+    except OSError:
+        return False
+    return bool(rec.get("inode")) and ino == rec["inode"]
+
+
+def unbind_owned(recs: list[dict]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Remove from /run/netns the names of namespace records ``recs`` that are ours
+    (:func:`owns_name`), going on past one that cannot be: the names removed, and the
+    (name, why) of each one left."""
     removed: list[str] = []
     stuck: list[tuple[str, str]] = []
-    for name in names:
+    for name in sorted(rec["netns"] for rec in recs if owns_name(rec)):
         try:
             if unbind_name(name):
                 removed.append(name)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeGuard
 
+from emu import safefs
 from emu.errors import EmuError
 from emu.failure_kinds.base import Failure
 from emu.failure_kinds.registry import VOCABULARY
@@ -170,7 +171,7 @@ def load(path: str | Path, run_scripts: bool = True) -> Timeline:
         raise EmuError(f"timeline file {str(p)!r} does not exist")
     if p.suffix == ".toml":
         try:
-            data = tomllib.loads(p.read_text())
+            data = tomllib.loads(safefs.read_input(p, "timeline"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise EmuError(f"{p}: not valid TOML: {e}") from None
         unknown = set(data) - {"event"}

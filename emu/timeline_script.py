@@ -11,20 +11,24 @@ declare::
 Such a script is evaluated from its syntax tree: assignments to names of calls of those
 words, names assigned before, lists and tuples, numbers (with + - * /), strings, True,
 False and None. None of the script's code runs, so validating an experiment that names
-it runs nothing. A script that does more (a loop, an import, a function of its own) can
-only be read by running it: ``read_script(path, run=True)`` runs it, as the user's own
-code when they asked for a run; ``run=False`` raises :class:`NeedsRun` naming the first
-statement that needs it.
+it runs nothing, and reading it is bounded: the file's size (``emu.safefs``), the
+syntax tree's size, every number's magnitude and the time spent. A script that does
+more (a loop, an import, a function of its own) can only be read by running it:
+``read_script(path, run=True)`` runs it, as the user's own code when they asked for a
+run; ``run=False`` raises :class:`NeedsRun` naming the first statement that needs it.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import operator
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from emu import safefs
 from emu.errors import EmuError
 from emu.failure_kinds.registry import VOCABULARY
 from emu.timeline_events import Event, Timeline, at, at_step, restore
@@ -48,7 +52,7 @@ def words() -> dict[str, Callable[..., object]]:
 def read_script(path: Path, run: bool) -> Timeline:
     """The timeline script ``path`` defines (see the module docstring for ``run``)."""
     try:
-        text = path.read_text()
+        text = safefs.read_input(path, "timeline")
         tree = ast.parse(text, str(path))
     except UnicodeDecodeError as e:
         raise EmuError(f"{path}: not a text file: {e}") from None
@@ -93,11 +97,26 @@ _ARITHMETIC: dict[type, Callable[[object, object], object]] = {
     ast.Div: operator.truediv}
 
 
+# Bounds of reading declarations: no timeline needs a number beyond a year of seconds
+# or a step count this large, nor a tree this big, nor this long to read.
+MAX_NUMBER = 1e12
+MAX_NODES = 100_000
+MAX_READ_S = 5.0
+
+
 def _declared(tree: ast.Module, scope: Mapping[str, Callable[..., object]],
               path: Path) -> object:
     """What ``timeline`` is bound to, evaluating declarations only (else _NotDeclared)."""
+    nodes = sum(1 for _ in ast.walk(tree))
+    if nodes > MAX_NODES:
+        raise EmuError(f"{path}: {nodes:,} syntax nodes: a timeline script of declarations "
+                       f"has at most {MAX_NODES:,}")
+    deadline = time.monotonic() + MAX_READ_S
     env: dict[str, object] = {}
     for stmt in tree.body:
+        if time.monotonic() > deadline:
+            raise EmuError(f"{path}, line {stmt.lineno}: still reading its declarations after "
+                           f"{MAX_READ_S:g} s: a timeline this costly to read is refused")
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and \
                 isinstance(stmt.value.value, str):
             continue  # a docstring
@@ -132,7 +151,12 @@ def _eval(node: ast.expr, env: Mapping[str, object],
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
         a, b = _eval(node.left, env, scope, path), _eval(node.right, env, scope, path)
         if _number(a) and _number(b) and not (isinstance(node.op, ast.Div) and b == 0):
-            return _ARITHMETIC[type(node.op)](a, b)
+            v = _ARITHMETIC[type(node.op)](a, b)
+            assert isinstance(v, int | float)  # numbers in, a number out
+            if not math.isfinite(v) or abs(v) > MAX_NUMBER:
+                raise EmuError(f"{path}, line {node.lineno}: {ast.unparse(node)!r} is "
+                               f"beyond +-{MAX_NUMBER:g}: no timeline needs such a number")
+            return v
     if isinstance(node, ast.Name) and node.id in env:
         return env[node.id]
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \

@@ -15,8 +15,9 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
+
+from emu import safefs
 
 __all__ = ["configure_parser", "run"]
 
@@ -25,6 +26,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     """Add ``emu explore``'s arguments to ``p``."""
     p.add_argument("file", nargs="?", help="explore file (experiments/explore/*.toml)")
     p.add_argument("--out", help="output directory (default results/explore-NAME-TIME)")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --out directory that already holds files")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key, e.g. --set placement.tp=[4,8] (repeatable)")
     p.add_argument("--calibration", action="append", default=[], metavar="PATH",
@@ -89,8 +92,7 @@ def _explore(args: argparse.Namespace) -> int:
     space = load(args.file, args.set)
     if args.quick:
         space = _quick(space)
-    out = Path(args.out) if args.out else Path("results") / time.strftime(
-        f"explore-{space.name}-%Y%m%d-%H%M%S")
+    out = safefs.results_dir(args.out, f"explore-{space.name}", force=args.force)
     _say(f"emu explore {args.file}: {space.size:,} points in the raw space, "
          f"{len(space.axes)} axes; results in {out}/")
     bars: dict[str, Any] = {}

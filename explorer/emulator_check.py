@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from emu import safefs
 from explorer.calibration import Calibration
 from explorer.predict import predict
 
@@ -144,11 +145,11 @@ def capture(results: Path, experiment_file: str, sets: list[str], name: str,
         rec = json.loads(line)
         if rec.get("type") in KEEP:
             keep.append(line)
-    (dest / "records.jsonl").write_text("\n".join(keep) + "\n")
-    shutil.copy(results / "calibration.json", dest / "calibration.json")
-    (dest / "run.json").write_text(json.dumps(
-        {"experiment": experiment_file, "set": sets, "captured": time.time(),
-         "command": "scripts/emulator_validation.sh"}, indent=1) + "\n")
+    safefs.write_text(dest / "records.jsonl", "\n".join(keep) + "\n")
+    safefs.copy_file(results / "calibration.json", dest / "calibration.json")
+    safefs.write_json(dest / "run.json",
+                      {"experiment": experiment_file, "set": sets, "captured": time.time(),
+                       "command": "scripts/emulator_validation.sh"}, indent=1)
     return dest
 
 

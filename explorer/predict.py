@@ -134,10 +134,22 @@ def predict(exp: Any, cal: Calibration) -> dict[str, Any]:
     return out
 
 
+def declared_events(exp: Any) -> tuple[Any, ...]:
+    """The experiment's timeline as declared: a prediction never runs timeline code (a
+    script that is more than declarations is refused, naming it)."""
+    if exp.declared_events is not None:
+        return tuple(exp.declared_events)
+    raise SpecError(f"{exp.source}: its timeline {exp.timeline_file} is a script that only "
+                    "running it can read, and --predict never runs timeline code: declare "
+                    "its events (name = fail_link(...); timeline = [at(...), ...]) or use a "
+                    ".toml timeline")
+
+
 def _cut(exp: Any, tc: TransportCal, rtt: float, step: float, comm: float) -> dict | None:
     """A leaf-spine cut: MRC loses its recovery once and, while the cut lasts, whatever the
     leaf's remaining uplinks cannot carry of its hosts' traffic."""
-    cuts = [ev for ev in exp.events if type(ev.action).__name__ == "LinkDown"]
+    events = declared_events(exp)
+    cuts = [ev for ev in events if type(ev.action).__name__ == "LinkDown"]
     if not cuts:
         return None
     f = exp.fabric
@@ -148,7 +160,7 @@ def _cut(exp: Any, tc: TransportCal, rtt: float, step: float, comm: float) -> di
     slow = f.planes * f.rate_mbit / ((f.planes - 1) * f.rate_mbit + cut_plane)
     median = (step - comm + comm * slow) / step
     # How long the cut lasts, in seconds or in steps (events scheduled by step).
-    restore = [ev for ev in exp.events if type(ev.action).__name__ == "Restore"]
+    restore = [ev for ev in events if type(ev.action).__name__ == "Restore"]
     window = None
     if restore and cuts[0].at is not None and restore[0].at is not None:
         window = min(ev.at for ev in restore) - cuts[0].at

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +34,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from emu import safefs
 from explorer.calarrays import CalArrays
 from explorer.exploration import Exploration, Projection, ScenarioOutcome
 from explorer.regime import EXTRAPOLATION_FLAGS
@@ -91,7 +91,8 @@ def write_points(ex: Exploration, path: Path, progress: Callable[[int], None] | 
     scen_keys = _scenario_keys(ex)
     rows = 0
     samples: dict[int, dict] = {}
-    with gzip.open(path, "wb", compresslevel=3) as f:
+    with safefs.open_write(path, binary=True) as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=3) as f:
         header_written = False
         for si, outcome in enumerate(ex.scenarios):
             dec = outcome.search.space
@@ -145,7 +146,7 @@ def _projection_row(p: Projection, keys: Sequence[str]) -> dict[str, Any]:
 
 
 def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    with open(path, "w", newline="") as f:
+    with safefs.open_write(path) as f:
         if not rows:
             f.write("")
             return
@@ -304,7 +305,7 @@ def _plot_pareto(ex: Exploration, samples: Mapping[int, Mapping[str, np.ndarray]
         ax.set_ylabel("cost (millions)")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
 
 
 def _plot_breakdown(ex: Exploration, path: Path) -> None:
@@ -337,14 +338,19 @@ def _plot_breakdown(ex: Exploration, path: Path) -> None:
         ax.set_title(title or ex.space.name, fontsize=8)
         ax.legend(fontsize=7, ncol=5, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save(fig, path)
+
+
+def _save(fig: Figure, path: Path) -> None:
+    with safefs.open_write(path, binary=True) as f:
+        fig.savefig(f, format="png", dpi=110)
 
 
 def write_report(ex: Exploration, out_dir: str | Path, points: bool = True,
                  progress: Callable[[int], None] | None = None) -> dict:
     """Write every output (module docstring); returns the summary."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    safefs.mkdir_private(out)
     keys = _config_keys(ex)
     timings: dict[str, float] = {}
     samples: dict[int, dict] = {}
@@ -365,5 +371,5 @@ def write_report(ex: Exploration, out_dir: str | Path, points: bool = True,
     _plot_breakdown(ex, out / "breakdown.png")
     timings["write_other_s"] = time.perf_counter() - t0
     s = summary(ex, timings)
-    (out / "summary.json").write_text(json.dumps(s, indent=1, allow_nan=False) + "\n")
+    safefs.write_json(out / "summary.json", s, indent=1, allow_nan=False)
     return s

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emu import safefs
 from explorer.presets import preset as preset_values
 from explorer.spec import (
     SECTIONS,
@@ -151,7 +152,7 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
     if not p.is_file():
         raise SpecError(f"{what} {str(p)!r} does not exist")
     try:
-        return tomllib.loads(p.read_text())
+        return tomllib.loads(safefs.read_input(p, what))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise SpecError(f"{p}: not valid TOML: {e}") from None
 

@@ -15,9 +15,15 @@ from ipaddress import IPv6Address, IPv6Interface, IPv6Network
 from typing import TYPE_CHECKING
 
 from topologies import addressing, naming
-from topologies._validate import MAX_QUEUE_PACKETS, MAX_RATE_MBIT, check_int, check_number
 from topologies.errors import TopologyError
 from topologies.roles import Role
+from topologies.validate import (
+    MAX_QUEUE_PACKETS,
+    MAX_RATE_MBIT,
+    MIN_RATE_MBIT,
+    check_int,
+    check_number,
+)
 
 if TYPE_CHECKING:
     from topologies.paths import Path
@@ -40,7 +46,7 @@ class LinkSpec:
     nominal_gbit: float = 100.0
 
     def __post_init__(self) -> None:
-        check_number("rate_mbit", self.rate_mbit, 0.0, MAX_RATE_MBIT, lo_open=True)
+        check_number("rate_mbit", self.rate_mbit, MIN_RATE_MBIT, MAX_RATE_MBIT)
         check_int("queue_packets", self.queue_packets, 1, MAX_QUEUE_PACKETS)
         check_number("nominal_gbit", self.nominal_gbit, 0.0, lo_open=True)
 

@@ -23,9 +23,9 @@ from ipaddress import IPv6Address
 from typing import TYPE_CHECKING
 
 from topologies import addressing, naming
-from topologies._validate import check_int
 from topologies.errors import TopologyError
 from topologies.roles import Role
+from topologies.validate import check_int
 
 if TYPE_CHECKING:
     from topologies.clos import GraphLookup, MultiPlaneClos, Node

@@ -26,10 +26,16 @@ from ipaddress import IPv6Address, IPv6Network
 from typing import TYPE_CHECKING
 
 from topologies import addressing, naming
-from topologies._validate import MAX_QUEUE_PACKETS, MAX_RATE_MBIT, check_int, check_number
 from topologies.clos import GraphLookup, Link, LinkSpec, MultiPlaneClos, Node, Port
 from topologies.errors import TopologyError
 from topologies.roles import Role
+from topologies.validate import (
+    MAX_QUEUE_PACKETS,
+    MAX_RATE_MBIT,
+    MIN_RATE_MBIT,
+    check_int,
+    check_number,
+)
 
 if TYPE_CHECKING:
     from topologies.paths import Path
@@ -67,7 +73,7 @@ class DciSpec:
     nominal_gbit: float = 400.0
 
     def __post_init__(self) -> None:
-        check_number("rate_mbit", self.rate_mbit, 0.0, MAX_RATE_MBIT, lo_open=True)
+        check_number("rate_mbit", self.rate_mbit, MIN_RATE_MBIT, MAX_RATE_MBIT)
         check_int("queue_packets", self.queue_packets, 1, MAX_QUEUE_PACKETS)
         check_number("delay_ms", self.delay_ms, 0.0, 1000.0)
         check_number("loss", self.loss, 0.0, 1.0)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from topologies._validate import check_number
+from topologies.validate import check_number
 
 if TYPE_CHECKING:
     from topologies.clos import MultiPlaneClos

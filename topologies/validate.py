@@ -16,16 +16,19 @@ import math
 from topologies.errors import TopologyError
 
 __all__ = [
-    "MAX_QUEUE_PACKETS", "MAX_RATE_MBIT", "InvalidValue", "check_int", "check_number",
-    "int_rule", "number_rule",
+    "MAX_QUEUE_PACKETS", "MAX_RATE_MBIT", "MIN_RATE_MBIT", "InvalidValue", "check_int",
+    "check_number", "int_rule", "number_rule",
 ]
 
 # What the kernel's queueing can encode (checked on this machine's kernel through
 # pyroute2): a pfifo limit is a signed 32-bit count, and an HTB class keeps its burst in
 # timer ticks, which stays exact up to about 40 Gbit/s (beyond it the burst is rounded
-# to nothing). An emulated link runs in software far below either.
+# to nothing). An emulated link runs in software far below either. At the other end the
+# rate reaches the kernel in whole bytes per second and a jumbo frame's transmission time
+# in 32-bit timer ticks: 10 kbit/s keeps both well inside (a 9 KB frame takes 7.2 s).
 MAX_QUEUE_PACKETS = 2**31 - 1
 MAX_RATE_MBIT = 40_000.0
+MIN_RATE_MBIT = 0.01
 
 
 class InvalidValue(TopologyError):

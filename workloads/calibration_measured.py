@@ -9,11 +9,11 @@ the run does after every measurement so that Ctrl-C keeps what was measured.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emu import safefs
 from topologies import MultiPlaneClos, ScaleAcross
 from workloads import calibration as cal
 from workloads.calibration_plan import Plan
@@ -96,8 +96,6 @@ class Measured:
         """Rewrite the record file (atomically) and return the record."""
         rec = self.record() if any(a.regime for a in self.acc.values()) else None
         if rec is not None:
-            self.out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.out.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(rec, indent=1, allow_nan=False) + "\n")
-            tmp.replace(self.out)
+            safefs.mkdir_private(self.out.parent)
+            safefs.write_json(self.out, rec, indent=1, allow_nan=False)
         return rec or {}

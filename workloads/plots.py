@@ -25,6 +25,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from emu import safefs
 from workloads.metrics import job_steps
 
 __all__ = ["Marker", "accuracy_series", "comparison_table", "event_markers",
@@ -98,9 +99,10 @@ def event_markers(events: Sequence[Mapping[str, Any]], label: str | None = None,
 
 def _save(fig: Figure, path: str | Path) -> Path:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    safefs.mkdir_private(p.parent)
     FigureCanvasAgg(fig)  # attaches itself to fig: savefig renders with Agg
-    fig.savefig(p, format="png", dpi=100)
+    with safefs.open_write(p, binary=True) as f:
+        fig.savefig(f, format="png", dpi=100)
     return p
 
 

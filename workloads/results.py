@@ -76,6 +76,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from emu import safefs
 from workloads.metrics import calibration  # what finish() writes
 from workloads.provenance import host_info, software_versions
 
@@ -146,11 +147,11 @@ class ResultsWriter:
 
     def __init__(self, out_dir: str | Path, label: str = "run") -> None:
         self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        safefs.mkdir_private(self.out_dir)
         self.path = self.out_dir / "results.jsonl"
         self.label = label
         self._lock = threading.Lock()
-        self._file = open(self.path, "a", encoding="utf-8")  # closed by close()
+        self._file = safefs.open_append(self.path)  # closed by close()
         self.finished = False
 
     def __enter__(self) -> ResultsWriter:
@@ -253,9 +254,8 @@ class ResultsWriter:
         write_csv(self.out_dir / "evals.csv", by_type["eval"], EVAL_FIELDS)
         write_csv(self.out_dir / "events.csv", by_type["event"], EVENT_FIELDS)
         cal = calibration(records, rtt_s=rtt_s)
-        tmp = self.out_dir / "calibration.json.tmp"
-        tmp.write_text(json.dumps(_clean(cal), indent=2, allow_nan=False) + "\n")
-        tmp.replace(self.out_dir / "calibration.json")
+        safefs.write_json(self.out_dir / "calibration.json", _clean(cal), indent=2,
+                          allow_nan=False)
         self.finished = True
         return cal
 
@@ -276,7 +276,7 @@ def write_csv(path: str | Path, records: Sequence[Mapping[str, Any]],
     """
     extra = sorted({k for r in records for k in r} - set(columns) - {"type"})
     header = [*columns, *extra]
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with safefs.open_write(path) as f:
         w = csv.writer(f)
         w.writerow(header)
         for r in records:

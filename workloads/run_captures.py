@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from emu import safefs
 from emu.capture import Capture
 from emu.fabric import Fabric
 from workloads.results import ResultsWriter
@@ -48,8 +49,8 @@ class RunCaptures:
         try:
             for node, ifname in self.points:
                 path = capture_path(self.writer.out_dir, self.label, self.rep, node, ifname)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                cap = Capture(self.fab, node, ifname, path)
+                safefs.mkdir_private(path.parent)
+                cap = Capture(self.fab, node, ifname, path, exclusive=True)
                 cap.start()
                 self.captures.append(cap)
         except BaseException:

@@ -74,8 +74,15 @@ def run_experiment(exp: Experiment, out_dir: Path, say: Callable[[str], None] = 
     hosts = exp.hosts()
     points = [capture_point(exp.fabric_spec(), where) for where in captures]
     with ResultsWriter(out_dir, label=runs[0][0]) as writer:
-        with Fabric(exp.fabric_spec(), name="run", progress=lambda m: say(f"  fabric: {m}"),
-                    control_plane=exp.fabric.control_plane) as fab:
+        fab = Fabric(exp.fabric_spec(), name="run", progress=lambda m: say(f"  fabric: {m}"),
+                     control_plane=exp.fabric.control_plane)
+        try:
+            fab.start()
+        except Exception as e:
+            # The results file says why it holds no runs (the exception still propagates).
+            writer.error(rank=None, traceback=e, label="build")
+            raise
+        with fab:
             rtt = measure_rtt(fab, hosts[0], hosts[-1]) if len(hosts) > 1 else None
             outcomes = run_variants(fab, writer, [Variant(label, e) for label, e in runs],
                                     rtt, say, interleave, points)

@@ -111,6 +111,7 @@ class ClaimKind(Protocol):
     """A kind of claim: checks a claim file's parameters, then runs the claim."""
 
     name: str
+    needs_root: bool  # it builds fabrics (a refused run then creates nothing)
 
     def check(self, params: Mapping[str, object]) -> None:
         """Raise `ClaimSpecError` if ``params`` are not valid for this kind."""

@@ -87,6 +87,7 @@ class DblpKind:
     """The "dblp" kind of claim."""
 
     name = "dblp"
+    needs_root = True
 
     def check(self, params: Mapping[str, object]) -> None:
         """The parameters against `SCHEMA`."""

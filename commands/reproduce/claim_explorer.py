@@ -83,6 +83,7 @@ class ExplorerKind:
     """The "explorer" kind of claim."""
 
     name = "explorer"
+    needs_root = False
 
     def check(self, params: Mapping[str, object]) -> None:
         """The parameters against `SCHEMA`, and the fixed keys against the grid file."""

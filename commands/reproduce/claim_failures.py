@@ -86,6 +86,7 @@ class FailuresKind:
     """The "failures" kind of claim."""
 
     name = "failures"
+    needs_root = True
 
     def check(self, params: Mapping[str, object]) -> None:
         """The parameters against `SCHEMA`, and the training steps' order."""

@@ -55,6 +55,7 @@ class SprayingKind:
     """The "spraying" kind of claim."""
 
     name = "spraying"
+    needs_root = True
 
     def check(self, params: Mapping[str, object]) -> None:
         """The parameters against `SCHEMA`."""

@@ -14,9 +14,9 @@ import argparse
 import shlex
 import sys
 import time
-from pathlib import Path
 
-from emu.errors import EmuError
+from emu import safefs
+from emu.errors import require_root
 
 
 def _say(msg: str) -> None:
@@ -38,6 +38,8 @@ def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
                    help="the claims' quick settings (all claims in about 15 minutes)")
     p.add_argument("--out", help="report directory (default results/reproduce-TIMESTAMP)")
     p.add_argument("--list", action="store_true", help="list the claims and exit")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --out directory that already holds files")
     p.set_defaults(func=run)
 
 
@@ -52,11 +54,10 @@ def run(args: argparse.Namespace) -> int:
         for s in specs:
             print(f"{s.id:<16} {s.paper:<9} {s.kind:<10} x{s.repetitions}  {s.title}")
         return 0
-    out = Path(args.out) if args.out else Path("results") / time.strftime(
-        "reproduce-%Y%m%d-%H%M%S")
-    if (out / "summary.json").exists():
-        raise EmuError(f"--out {str(out)!r} already holds a summary.json: choose a new "
-                       "directory")
+    rooted = [s.id for s in specs if KINDS[s.kind].needs_root]
+    if rooted:  # before the report directory exists: a refused run leaves nothing
+        require_root(f"emu reproduce {' '.join(rooted)}")
+    out = safefs.results_dir(args.out, "reproduce", force=args.force)
     command = "emu reproduce " + shlex.join(
         [*args.claims, *(["--quick"] if args.quick else []),
          *(["--out", args.out] if args.out else [])])

@@ -12,6 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure as MplFigure
 
 from commands.reproduce.claim import Figure
+from emu import safefs
 
 
 def bars(path: Path, title: str, ylabel: str, groups: Sequence[tuple[str, Sequence[Figure]]],
@@ -47,5 +48,6 @@ def bars(path: Path, title: str, ylabel: str, groups: Sequence[tuple[str, Sequen
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with safefs.open_write(path, binary=True) as out:
+        fig.savefig(out, format="png", dpi=110)
     return path.name

@@ -21,6 +21,7 @@ from pathlib import Path
 from commands.reproduce import report, summary
 from commands.reproduce.claim import VERDICTS, ClaimContext, ClaimKind, ClaimResult, ClaimSpec
 from commands.reproduce.summary import Header, Outcome
+from emu import safefs
 
 TRACEBACK = "traceback.txt"
 
@@ -66,7 +67,7 @@ def run_one(spec: ClaimSpec, kind: ClaimKind, ctx: ClaimContext) -> tuple[ClaimR
     try:
         res = kind.run(spec, ctx)
     except Exception as e:  # noqa: BLE001 - any failure of a claim is reported, not raised
-        (ctx.out_dir / TRACEBACK).write_text(traceback.format_exc())
+        safefs.write_text(ctx.out_dir / TRACEBACK, traceback.format_exc())
         err = f"{type(e).__name__}: {e}"
         ctx.say(f"{spec.id}: failed: {err}")
         return ClaimResult(spec.id, "failed", "the run raised an error", "", error=err), \
@@ -84,8 +85,8 @@ def write_reports(out: Path, header: Header, outcomes: Sequence[Outcome]) -> Non
     """``summary.json``, ``report.md`` and ``report.html`` in ``out``."""
     summary.write(out / "summary.json", header, outcomes)
     bl = report.blocks(header, outcomes)
-    (out / "report.md").write_text(report.markdown(bl))
-    (out / "report.html").write_text(report.to_html(bl))
+    safefs.replace_text(out / "report.md", report.markdown(bl))
+    safefs.replace_text(out / "report.html", report.to_html(bl))
 
 
 def run_claims(specs: Sequence[ClaimSpec], kinds: Mapping[str, ClaimKind], out: Path, *,
@@ -93,7 +94,7 @@ def run_claims(specs: Sequence[ClaimSpec], kinds: Mapping[str, ClaimKind], out: 
                info: Mapping[str, object] | None = None) -> list[Outcome]:
     """Run ``specs`` in order into ``out`` (see the module docstring); ``info`` is the
     machine's description (`machine()` when None)."""
-    out.mkdir(parents=True, exist_ok=True)
+    safefs.mkdir_private(out)
     m = dict(info) if info is not None else machine()
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.monotonic()
@@ -109,7 +110,7 @@ def run_claims(specs: Sequence[ClaimSpec], kinds: Mapping[str, ClaimKind], out: 
         say(f"[{i + 1}/{len(specs)}] {spec.id}: {spec.title}"
             f"{' (quick)' if quick else ''}")
         d = out / spec.id
-        d.mkdir(parents=True, exist_ok=True)
+        safefs.mkdir_private(d)
         ctx = ClaimContext(out_dir=d, quick=quick, repetitions=spec.repetitions,
                            say=_prefixed(say, spec.id))
         t1 = time.monotonic()

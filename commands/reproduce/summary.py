@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from commands.reproduce.claim import VERDICTS, ClaimResult, ClaimSpec, Figure, Table, Verdict
+from emu import safefs
 
 SUMMARY_VERSION = 1
 
@@ -70,9 +71,7 @@ def to_dict(header: Header, outcomes: Sequence[Outcome]) -> dict[str, Any]:
 
 def write(path: Path, header: Header, outcomes: Sequence[Outcome]) -> None:
     """Write ``summary.json`` atomically (a crash mid-write keeps the previous one)."""
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(to_dict(header, outcomes), indent=1, default=str) + "\n")
-    tmp.replace(path)
+    safefs.write_json(path, to_dict(header, outcomes), indent=1, default=str)
 
 
 def _verdict(v: object) -> Verdict:

@@ -33,6 +33,7 @@ from typing import Any
 
 from commands.sweep.grid import Point, show
 from commands.sweep.store import SweepStore
+from emu import safefs
 from workloads.metrics import CALIBRATION_FORMAT
 from workloads.results import read_jsonl
 from workloads.summary import aggregate as over_repetitions
@@ -103,7 +104,7 @@ def _write_csv(path: Path, rows: list[dict[str, Any]], axes: list[str]) -> None:
     for f in figs:
         head += [f, f"{f}_lo", f"{f}_hi"]
     head.append("error")
-    with path.open("w", newline="") as fh:
+    with safefs.open_write(path) as fh:
         w = csv.writer(fh)
         w.writerow(head)
         for r in rows:
@@ -160,7 +161,8 @@ def _plot_axis(path: Path, axis: str, rows: list[dict[str, Any]], figs: list[str
     axs[0, 0].legend(title="transport", fontsize=8)
     axs[-1, 0].set_xlabel(axis)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    with safefs.open_write(path, binary=True) as f:
+        fig.savefig(f, format="png", dpi=100)
     plt.close(fig)
 
 
@@ -190,15 +192,15 @@ def aggregate(store: SweepStore, points: Sequence[Point], name: str,
            "counts": {s: sum(r["status"] == s for r in rows)
                       for s in ("done", "failed", "missing")},
            "rows": rows}
-    (store.root / "grid.json").write_text(json.dumps(doc, indent=1, default=str))
+    safefs.write_json(store.root / "grid.json", doc, indent=1, default=str)
     _write_csv(store.root / "grid.csv", rows, list(axes))
     figs = [f for f in MAIN_FIGURES if any(f in r["figures"] for r in rows)]
     if figs and any(r["status"] == "done" for r in rows):
-        (store.root / "plots").mkdir(exist_ok=True)
+        safefs.mkdir_private(store.root / "plots")
         for axis in axes:
             _plot_axis(store.root / "plots" / f"vs-{_file_part(axis)}.png", axis, rows, figs)
     cal = _merged_calibration(store, rows, name)
-    (store.root / "calibration.json").write_text(json.dumps(cal, indent=1, default=str))
+    safefs.write_json(store.root / "calibration.json", cal, indent=1, default=str)
     return doc
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from typing import Any
 from commands.sweep import grid, sweepfile
 from commands.sweep.run import run_sweep
 from commands.sweep.store import read_records
+from emu.launch import child_env
 
 __all__ = ["SWEEP_FILE", "bench_sweep", "toml_value"]
 
@@ -62,15 +64,25 @@ def _one_by_one(points: tuple[grid.Point, ...], base: str, tmp: Path,
                 say: Callable[[str], None]) -> list[float]:
     times = []
     for p in points:
-        cmd = [sys.executable, "-m", "commands.cli", "run", base, "--out",
+        # -P and child_env: nothing imported from the working directory (see emu.launch).
+        cmd = [sys.executable, "-P", "-m", "commands.cli", "run", base, "--out",
                str(tmp / f"run-{p.id}-{time.monotonic_ns()}")]
         for k, v in p.overrides.items():
             cmd += ["--set", f"{k}={toml_value(v)}"]
         t0 = time.monotonic()
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        r = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=child_env(), start_new_session=True)
+        try:
+            _, err = r.communicate(timeout=1800)
+        except BaseException:
+            # Interrupted (or too slow): the run tears its fabric down on SIGTERM; a
+            # SIGKILL, as subprocess.run would send, would leave it behind.
+            r.send_signal(signal.SIGTERM)
+            r.communicate(timeout=120)
+            raise
         times.append(time.monotonic() - t0)
         if r.returncode != 0:
-            raise RuntimeError(f"emu run of point {p.index} failed: {r.stderr[-2000:]}")
+            raise RuntimeError(f"emu run of point {p.index} failed: {err[-2000:]}")
         say(f"  emu run point {p.index} ({p.label}): {times[-1]:.1f} s")
     return times
 

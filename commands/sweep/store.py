@@ -36,6 +36,7 @@ from typing import Any
 
 from commands.sweep.grid import Point
 from commands.sweep.task import PointOutcome
+from emu import safefs
 from emu.errors import EmuError
 
 __all__ = ["Attempt", "SweepStore", "read_records"]
@@ -85,14 +86,15 @@ class SweepStore:
         self.state = root / STATE
 
     @classmethod
-    def create(cls, root: Path, sweep_file: Path) -> SweepStore:
-        """A new output directory (refused if it already holds a sweep: use --resume)."""
+    def create(cls, root: Path, sweep_file: Path, force: bool = False) -> SweepStore:
+        """A new output directory: refused if it already holds a sweep (use --resume), or
+        anything else unless ``force`` (the user's --force)."""
         if (root / STATE).exists():
             raise EmuError(f"--out {str(root)!r} already holds a sweep ({STATE}): continue it "
                            f"with --resume {root}, or choose a new directory")
-        root.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(sweep_file, root / "sweep.toml")
-        (root / STATE).touch()
+        safefs.out_dir(root, force=force)
+        safefs.copy_file(sweep_file, root / "sweep.toml")
+        safefs.open_new(root / STATE).close()
         return cls(root)
 
     @classmethod
@@ -108,7 +110,7 @@ class SweepStore:
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Append one record and flush it to disk."""
-        with self.state.open("a") as f:
+        with safefs.open_append(self.state) as f:
             f.write(json.dumps(record, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -116,9 +118,8 @@ class SweepStore:
     def start_session(self, points: Sequence[Point], todo: int, cluster: str) -> int:
         """Record a session's start and the grid; returns the session number."""
         session = sum(1 for r in self.records() if r.get("type") == "session")
-        tmp = self.root / "points.json.tmp"
-        tmp.write_text(json.dumps([p.as_record() for p in points], indent=1, default=str))
-        tmp.replace(self.root / "points.json")
+        safefs.write_json(self.root / "points.json", [p.as_record() for p in points],
+                          indent=1, default=str)
         self.append({"type": "session", "session": session, "started": time.time(),
                      "cluster": cluster, "points": len(points), "to_run": todo})
         return session
@@ -143,9 +144,9 @@ class SweepStore:
             p = tmp / rel
             if not p.resolve().is_relative_to(tmp.resolve()):
                 raise EmuError(f"a point returned a file outside its directory: {rel!r}")
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(data)
-        tmp.mkdir(parents=True, exist_ok=True)
+            safefs.mkdir_private(p.parent)
+            safefs.write_bytes(p, data)
+        safefs.mkdir_private(tmp)
         shutil.rmtree(dest, ignore_errors=True)
         tmp.rename(dest)
 
@@ -155,7 +156,7 @@ class SweepStore:
         if outcome is not None and outcome.files:
             dest = (self.point_dir(attempt.id) if attempt.status == "done"
                     else self.root / "failed" / f"{attempt.id}-{attempt.attempt}")
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            safefs.mkdir_private(dest.parent)
             self.write_files(dest, outcome.files)
         self.append(attempt.as_record())
 

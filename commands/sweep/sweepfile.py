@@ -18,12 +18,18 @@ from emu.errors import EmuError
 from workloads.experiment import limits
 from workloads.experiment.reader import Table, read_toml, type_name
 
-__all__ = ["DEFAULT_RETRIES", "MAX_RETRIES", "TOP", "SweepFile", "flatten", "load", "parse"]
+__all__ = ["DEFAULT_RETRIES", "MAX_POINTS", "MAX_RETRIES", "TOP", "SweepFile", "flatten",
+           "load", "parse"]
 
 TOP = ("name", "description", "base", "seeds", "repetitions", "retries", "set", "axes",
        "quick")
 DEFAULT_RETRIES = 1
 MAX_RETRIES = 10
+# A grid is validated point by point (~400 points/s here) before anything runs, and each
+# point is a fabric and a training run (rarely under half a minute): 10,000 points is
+# already days on a small cluster.
+MAX_POINTS = 10_000
+MIN_POINT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ def parse(data: Mapping[str, Any], where: str = "<sweep>",
     name = top.get_str("name", pattern=limits.NAME, what=limits.NAME_RULE)
     description = top.get_str("description", "")
     base = _base(top, where, base_dir)
-    repetitions = top.get_int("repetitions", None, 1)
+    repetitions = top.get_int("repetitions", None, 1, limits.MAX_REPETITIONS)
     retries = top.get_int("retries", DEFAULT_RETRIES, 0, MAX_RETRIES)
     fixed = flatten(where, "set", data.get("set", {}))
     quick = flatten(where, "quick", data.get("quick", {}))
@@ -122,9 +128,16 @@ def parse(data: Mapping[str, Any], where: str = "<sweep>",
                                + ("the sweep's top-level repetitions sets every point's"
                                   if key == "repetitions" else
                                   "points are named by the sweep (their ids tell them apart)"))
-    return SweepFile(name=name, base=base, axes=tuple(axes), fixed=fixed, quick=quick,
-                     repetitions=repetitions, retries=retries, description=description,
-                     source=where)
+    sweep = SweepFile(name=name, base=base, axes=tuple(axes), fixed=fixed, quick=quick,
+                      repetitions=repetitions, retries=retries, description=description,
+                      source=where)
+    if sweep.size > MAX_POINTS:  # before expanding it: a grid too large is never built
+        shape = " x ".join(f"{len(v)} {k}" for k, v in axes)
+        raise EmuError(f"{where}: the grid has {sweep.size:,} points ({shape}): at most "
+                       f"{MAX_POINTS:,} are allowed; "
+                       + limits.too_long(sweep.size, "points", MIN_POINT_S)
+                       + " (split it into several sweeps, or drop axis values)")
+    return sweep
 
 
 def _base(top: Table, where: str, base_dir: str | Path | None) -> str:

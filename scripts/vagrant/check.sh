@@ -37,8 +37,12 @@ esac
 export SAE_VM_RUN
 
 # One check at a time on this host (one VM name, one state directory).
-exec 9>/tmp/sae-vagrant-check.lock
-flock -n 9 || die "another vagrant-check is running (lock /tmp/sae-vagrant-check.lock)"
+private_dir "$SAE_VAGRANT_HOME"
+private_dir "$VAGRANT_DOTFILE_PATH"
+lock="$SAE_VAGRANT_HOME/check.lock"
+[[ ! -L "$lock" ]] || die "$lock is a symlink: remove it"
+exec 9>>"$lock"
+flock -n 9 || die "another vagrant-check is running (lock $lock)"
 
 export VAGRANT_DEFAULT_PROVIDER=libvirt
 # A PVM /dev/kvm (kvm_pvm: KVM for hosts that are themselves VMs without hardware
@@ -49,7 +53,7 @@ if [[ -z "${SAE_VM_DRIVER:-}" ]]; then
 fi
 export SAE_VM_DRIVER
 RESULTS="$ROOT/results/vagrant-reproduce"
-stage="$(mktemp -d /var/tmp/sae-vagrant-check.XXXXXX)"
+stage="$(mktemp -d)"  # mode 0700, a fresh name
 TIMINGS="$stage/timings.tsv"
 : >"$TIMINGS"
 exec > >(tee -a "$stage/check.log") 2>&1

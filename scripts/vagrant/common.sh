@@ -6,8 +6,11 @@
 # The local box both scripts agree on (the Vagrantfile reads SAE_VAGRANT_BOX too).
 SAE_VAGRANT_BOX="${SAE_VAGRANT_BOX:-scaleacross-emu/bookworm64}"
 export SAE_VAGRANT_BOX
-# Vagrant's per-project state lives outside the project tree (not in ./.vagrant).
-export VAGRANT_DOTFILE_PATH="${VAGRANT_DOTFILE_PATH:-/var/tmp/sae-vagrant-state}"
+# Vagrant's per-project state (the VM's SSH key, the machine id `vagrant destroy -f` acts
+# on) and the check's lock live outside the project tree, in a root-owned 0700 directory:
+# never at a fixed path under /tmp or /var/tmp that another user could create first.
+SAE_VAGRANT_HOME=/var/lib/scaleacross-emu
+export VAGRANT_DOTFILE_PATH="${VAGRANT_DOTFILE_PATH:-$SAE_VAGRANT_HOME/vagrant-state}"
 
 # Everything the box build and the VM check need on a Debian 12 host.
 HOST_PACKAGES=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients qemu-system-x86
@@ -19,6 +22,20 @@ LIBVIRT_URI=qemu:///system
 die() {
     echo "$(basename "$0"): $*" >&2
     exit 1
+}
+
+# private_dir DIR: create DIR (root's, mode 0700) if missing; refuse one that is a symlink,
+# not owned by root, or writable by group or others (someone else may have planted it).
+private_dir() {
+    local d=$1 owner mode
+    if [[ ! -e "$d" && ! -L "$d" ]]; then
+        install -d -m 0700 -o root -g root "$d"
+    fi
+    [[ -d "$d" && ! -L "$d" ]] || die "$d is not a directory (or is a symlink): remove it"
+    owner="$(stat -c %u "$d")"
+    mode="$(stat -c %a "$d")"
+    [[ "$owner" == 0 ]] || die "$d is owned by uid $owner, not root: remove it"
+    (( (8#$mode & 8#022) == 0 )) || die "$d is writable by group or others (mode $mode)"
 }
 
 # require_root HOW: HOW is the command to suggest (e.g. "sudo make vagrant-check").

@@ -44,8 +44,8 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
     spines = 4                     # 4; spines per plane, [1, 64]
     leaves = 4                     # 4; leaves (racks) per plane, [1, 64]
     hosts_per_leaf = 4             # 4; [1, 64]
-    rate_mbit = 100.0              # 100.0; host links, in (0, 40000]
-    fabric_rate_mbit = 100.0       # rate_mbit; leaf-spine links, in (0, 40000]
+    rate_mbit = 100.0              # 100.0; host links, in [0.01, 40000]
+    fabric_rate_mbit = 100.0       # rate_mbit; leaf-spine links, in [0.01, 40000]
     queue_packets = 100            # 100; egress FIFO depth, in [1, 2**31 - 1]
     control_plane = "static"       # "static" | "bgp" (bgp: one DC only)
     dcs = 1                        # 1; > 1 makes a ScaleAcross of identical DCs

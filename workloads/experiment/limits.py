@@ -26,8 +26,9 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["MAX_NAME_BYTES", "MAX_STEP_COMPUTE_MS", "NAME", "NAME_RULE", "RESULTS_STAMP",
-           "TextMissing", "train_samples"]
+__all__ = ["MAX_NAME_BYTES", "MAX_REPETITIONS", "MAX_STEPS", "MAX_STEP_COMPUTE_MS",
+           "MIN_STEP_S", "NAME", "NAME_RULE", "RESULTS_STAMP", "TextMissing",
+           "duration_text", "too_long", "train_samples"]
 
 # One path component on Linux (NAME_MAX, the same on ext4, xfs, btrfs and tmpfs).
 NAME_MAX_BYTES = 255
@@ -40,6 +41,28 @@ NAME_RULE = (f"a name of at most {MAX_NAME_BYTES} letters, digits, '_', '.' or '
              "starting with a letter or digit (it names the results directory)")
 
 MAX_STEP_COMPUTE_MS = 3_600_000.0  # one hour of modelled compute per training step
+
+# How long a run may be asked to be, checked before anything is built. A training step on
+# the emulated fabric takes at least MIN_STEP_S (the digits CNN's healthy step is ~18 ms
+# on 2 cores): 100,000 steps is half an hour or more per run, 100 repetitions of it days.
+MAX_STEPS = 100_000
+MAX_REPETITIONS = 100
+MIN_STEP_S = 0.01
+
+
+def duration_text(seconds: float) -> str:
+    """``seconds`` in the largest unit that reads well ("3.2 days", "41 years")."""
+    for unit, s in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600),
+                    ("minutes", 60)):
+        if seconds >= s:
+            return f"{seconds / s:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def too_long(count: int, what: str, per_item_s: float) -> str:
+    """The reason a ``count`` of ``what`` is refused: the least time it would take."""
+    return (f"{count:,} {what} would take at least {duration_text(count * per_item_s)} "
+            "on this machine")
 
 # workloads.data.load_digits_split: scikit-learn's bundled 1797 digits, 20 % held out
 # for testing (train_test_split rounds the test part up).

@@ -54,6 +54,10 @@ def parse(data: Mapping[str, Any], where: str = "<experiment>",
     fabric = tables.fabric(top.table("fabric", tables.FABRIC))
     spec = fabric.spec()
     workload = tables.workload(top.table("workload", tables.WORKLOAD), spec)
+    if repetitions > limits.MAX_REPETITIONS:
+        top.fail("repetitions", f"must be an integer in [1, {limits.MAX_REPETITIONS}]: "
+                 + limits.too_long(repetitions * workload.steps, "steps in all",
+                                   limits.MIN_STEP_S), repetitions)
     transport = tables.transport(top.table("transport", tables.TRANSPORT), fabric, workload,
                                  spec)
     events, timeline_file = read_timeline(top, spec, base_dir, workload.steps)

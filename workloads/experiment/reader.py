@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from emu import safefs
 from emu.errors import EmuError
 from topologies.validate import InvalidValue, check_int, check_number, int_rule, number_rule
 
@@ -33,7 +34,7 @@ def read_toml(path: str | Path, what: str) -> dict[str, Any]:
     if p.suffix != ".toml":
         raise EmuError(f"{what} file {str(p)!r}: must be a .toml file")
     try:
-        return tomllib.loads(p.read_text())
+        return tomllib.loads(safefs.read_input(p, what))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise EmuError(f"{p}: not valid TOML: {e}") from None
     except OSError as e:

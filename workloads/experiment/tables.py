@@ -99,7 +99,10 @@ def workload(t: Table, spec: Spec) -> WorkloadConfig:
     hosts = t.get_strs("hosts", None)
     if hosts is not None:
         _check_hosts(t, hosts, workers, spec)
-    steps = t.get_int("steps", lo=1)
+    steps = t.get_int("steps", lo=1, hi=None)
+    if steps > limits.MAX_STEPS:
+        t.fail("steps", f"must be an integer in [1, {limits.MAX_STEPS:,}]: "
+               + limits.too_long(steps, "steps", limits.MIN_STEP_S), steps)
     batch = _batch_size(t, model)
     microbatches = None
     if pipeline:

@@ -73,7 +73,7 @@ def test_machine_limits_are_read():
 
 @pytest.mark.parametrize("kw, word", [
     ({"rate_mbit": 1.5e14, "queue_packets": 100},
-     "rate_mbit=150000000000000.0 is invalid: must be a finite number in (0, 40000]"),
+     "rate_mbit=150000000000000.0 is invalid: must be a finite number in [0.01, 40000]"),
     ({"rate_mbit": 100.0, "queue_packets": 2**31}, "queue_packets=2147483648"),
 ])
 def test_link_parameters_the_kernel_cannot_encode_are_refused(kw, word):

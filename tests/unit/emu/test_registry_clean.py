@@ -1,5 +1,6 @@
 """emu clean when a namespace name cannot be removed: it says which and why, keeps the
-record for a retry, and removes everything else (no root needed: names are faked)."""
+record for a retry, and removes everything else; a name someone else holds is never
+removed (no root needed: names are plain files, their inodes standing for namespaces)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ def dead_pid() -> int:
 def state_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "STATE_DIR", tmp_path / "state")
     monkeypatch.setattr(registry, "NETNS_RUN_DIR", tmp_path / "netns")
+    (tmp_path / "netns").mkdir()
     pid = dead_pid()
     for fabric in ("ok", "busy"):
+        name = tmp_path / "netns" / registry.netns_name(fabric, "h0")
+        name.touch()
         registry.FabricState(fabric, pid, namespaces={
-            "h0": {"netns": registry.netns_name(fabric, "h0"), "pid": pid, "inode": 0}}).save()
+            "h0": {"netns": name.name, "pid": pid, "inode": name.stat().st_ino}}).save()
     removed: list[str] = []
 
     def unbind(name: str) -> bool:
@@ -46,6 +50,8 @@ def test_a_stuck_name_is_reported_and_its_record_kept_for_a_retry(state_dir):
     assert len(report.stuck) == 1
     assert "sae-busy-h0" in report.stuck[0] and "busy" in report.stuck[0]
     assert sorted(p.name for p in d.iterdir()) == ["fabric-busy.json"]
+    # Only a fabric removed entirely is reported removed; the other is named as left.
+    assert report.fabrics == ["ok"] and len(report.left) == 1 and "busy" in report.left[0]
 
 
 def test_emu_clean_names_the_stuck_names_and_the_way_out(state_dir, monkeypatch, capsys):
@@ -54,3 +60,33 @@ def test_emu_clean_names_the_stuck_names_and_the_way_out(state_dir, monkeypatch,
     err = capsys.readouterr().err
     assert "could not remove 1 namespace names" in err and "sae-busy-h0" in err
     assert "umount" in err and "emu clean" in err
+
+
+def test_emu_clean_does_not_call_a_fabric_removed_when_a_name_is_left(state_dir, monkeypatch,
+                                                                      capsys):
+    monkeypatch.setattr(errors, "require_root", lambda what: None)
+    cli.cmd_clean(argparse.Namespace(force=False))
+    out = capsys.readouterr().out
+    assert "fabrics ['ok']" in out and "'busy'" not in out.split("left:")[0]
+    assert "left: fabric busy" in out
+
+
+def test_a_name_someone_else_holds_is_never_removed(tmp_path, monkeypatch):
+    """A state file records a name (say a failed build's) that another tool holds: its
+    inode is not the one recorded, so clean neither unbinds it nor kills inside it."""
+    monkeypatch.setattr(registry, "STATE_DIR", tmp_path / "state")
+    monkeypatch.setattr(registry, "NETNS_RUN_DIR", tmp_path / "netns")
+    (tmp_path / "netns").mkdir()
+    theirs = tmp_path / "netns" / "sae-run-h1"
+    theirs.touch()
+    pid = dead_pid()
+    registry.FabricState("run", pid, namespaces={
+        "h1": {"netns": "sae-run-h1", "pid": pid, "inode": theirs.stat().st_ino + 1}}).save()
+    unbound: list[str] = []
+    monkeypatch.setattr(registry, "unbind_name", lambda n: unbound.append(n) or True)
+    killed: list[set[int]] = []
+    monkeypatch.setattr(registry, "processes_in", lambda inodes: killed.append(inodes) or [])
+    report = registry.clean()
+    assert unbound == [] and report.namespaces == [] and theirs.exists()
+    assert killed == []  # no inode of ours: nothing looked up, nothing killed
+    assert report.fabrics == ["run"]

@@ -161,7 +161,7 @@ def test_placement_spreads_over_racks_then_dcs():
     (doc(seed="1"), ["seed = '1'", "an integer"]),
     (doc(fabric__planes=2.0), ["fabric.planes = 2.0", "an integer in [1, 16]"]),
     (doc(fabric__rate_mbit="fast"), ["fabric.rate_mbit = 'fast'",
-                                     "a finite number in (0, 40000]"]),
+                                     "a finite number in [0.01, 40000]"]),
     (doc(workload__steps=True), ["workload.steps = True", "an integer >= 1"]),
     (doc(workload__hosts="h0"), ["workload.hosts = 'h0'", "array of strings"]),
     (doc(transport={"name": "dblp", "dblp": {"lr_scaling": 1}}),
