@@ -19,8 +19,9 @@ STAMP="$VENV/.scaleacross-installed"
 
 # python3-wheel is needed by Debian's setuptools 66 for the offline
 # (--no-build-isolation) editable install below.
+# chromium: the browser tests open the reports and the docs site in it (headless).
 PACKAGES=(mininet iproute2 nftables tcpdump frr ruby python3-venv python3-wheel
-          iperf3 ethtool procps psmisc kmod iputils-ping)
+          iperf3 ethtool procps psmisc kmod iputils-ping chromium)
 MODULES=(sch_htb veth)
 
 did=()

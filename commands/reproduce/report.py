@@ -1,11 +1,12 @@
 """The reproduction report: ``report.md`` and ``report.html`` from one list of blocks.
 
 Both files render the same blocks (headings, paragraphs, key-value lists, tables,
-images, verdicts), so they say the same thing by construction. Per claim: the claim as
-the paper states it, the setting, the table of measured figures (median, spread,
-repetitions, clock), the claim's own tables, its plots, and the verdict with its reason;
-a claim whose run raised shows as failed with its error and traceback file, never with a
-verdict.
+images, verdicts, folds), so they say the same thing by construction. Per claim, what
+decides it comes first: the claim as the paper states it, the verdict with its reason
+(the comparison that decides it), the plots, the setting; the raw figures (the measured
+figures' table in readable units, median, spread, repetitions, clock, and the claim's
+own tables) are folded below (``<details>``). A claim whose run raised shows as failed
+with its error and traceback file, never with a verdict.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ _BADGE = {"holds": "#1a7f37", "holds in direction": "#9a6700",
 
 @dataclass(frozen=True)
 class Block:
-    """One piece of the report: ``kind`` is h1, h2, h3, p, kv, table, img or verdict."""
+    """One piece of the report: ``kind`` is h1, h2, h3, p, kv, table, img, verdict, fold
+    (a folded section starts: ``text`` is its summary line) or endfold."""
 
     kind: str
     text: str = ""
@@ -50,12 +52,38 @@ def num(x: object) -> str:
     return f"{x:.3g}"
 
 
+# Units a figure is shown in, largest first, by the unit it is measured in: a value is
+# shown in the largest unit it reaches (0.0000313 s reads "31.3 us").
+_SCALES = {"s": (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)),
+           "B": (("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("B", 1.0)),
+           "bytes": (("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("B", 1.0))}
+
+
+def readable_unit(values: Sequence[float], unit: str) -> tuple[str, float]:
+    """The unit to show ``values`` (measured in ``unit``) in, and the divisor: chosen
+    by their median so a row's median and spread share one unit."""
+    scales = _SCALES.get(unit)
+    finite = sorted(abs(v) for v in values if isinstance(v, int | float) and math.isfinite(v))
+    if not scales or not finite:
+        return unit, 1.0
+    mid = finite[len(finite) // 2]
+    for name, div in scales:
+        if mid >= div:
+            return name, div
+    return scales[-1]
+
+
 def figure_table(figures: Sequence[Figure]) -> Table:
-    """The measured figures as one table: median and spread, unit, clock, repetitions."""
-    rows = tuple((f.name, f.system or "-", num(f.median), f"{num(f.lo)} - {num(f.hi)}",
-                  f.unit, f.clock, f.n) for f in figures)
+    """The measured figures as one table, in readable units: median and spread, unit,
+    clock, repetitions."""
+    rows = []
+    for f in figures:
+        unit, div = readable_unit((f.median, f.lo, f.hi), f.unit)
+        rows.append((f.name, f.system or "-", num(f.median / div),
+                     f"{num(f.lo / div)} - {num(f.hi / div)}", unit, f.clock, f.n))
+    rows_t = tuple(rows)
     return Table("Measured figures (median and spread over the repetitions)",
-                 FIGURE_COLUMNS, rows)
+                 FIGURE_COLUMNS, rows_t)
 
 
 def _hms(s: float) -> str:
@@ -92,8 +120,6 @@ def claim_blocks(o: Outcome) -> list[Block]:
     s, r = o.spec, o.result
     out = [Block("h2", f"{s.paper}: {s.title} ({s.id})"),
            Block("p", f"The claim: {s.statement}")]
-    if r.setting:
-        out.append(Block("p", f"Setting: {r.setting}"))
     if r.verdict == "failed":
         msg = f"The run failed: {r.error or r.reason}"
         if o.traceback:
@@ -101,10 +127,15 @@ def claim_blocks(o: Outcome) -> list[Block]:
         out.append(Block("verdict", "failed", items=(("reason", msg),)))
     else:
         out.append(Block("verdict", r.verdict, items=(("reason", r.reason),)))
-    if r.figures:
-        out.append(Block("table", table=figure_table(r.figures)))
-    out.extend(Block("table", table=t) for t in r.tables)
     out.extend(Block("img", text=p, src=f"{s.id}/{p}") for p in r.plots)
+    if r.setting:
+        out.append(Block("p", f"Setting: {r.setting}"))
+    raw = ([Block("table", table=figure_table(r.figures))] if r.figures else []) + [
+        Block("table", table=t) for t in r.tables]
+    if raw:
+        rows = sum(len(b.table.rows) for b in raw if b.table is not None)
+        out += [Block("fold", f"Raw figures ({len(raw)} tables, {rows} rows)"), *raw,
+                Block("endfold")]
     out.append(Block("p", f"Wall time: {_hms(o.wall_s)}."))
     return out
 
@@ -133,6 +164,10 @@ def markdown(bl: Sequence[Block]) -> str:
             lines += [f"![{b.text}]({b.src})", ""]
         elif b.kind == "verdict":
             lines += [f"**Verdict: {b.text}.** {b.items[0][1]}", ""]
+        elif b.kind == "fold":
+            lines += ["<details>", f"<summary>{html.escape(b.text)}</summary>", ""]
+        elif b.kind == "endfold":
+            lines += ["</details>", ""]
     return "\n".join(lines)
 
 
@@ -161,10 +196,15 @@ def to_html(bl: Sequence[Block], title: str = "Reproducing the papers' claims") 
             color = _BADGE.get(b.text, "#000")
             body.append(f'<p class="verdict"><b style="color:{color}">Verdict: '
                         f"{e(b.text)}.</b> {e(b.items[0][1])}</p>")
+        elif b.kind == "fold":
+            body.append(f"<details><summary>{e(b.text)}</summary>")
+        elif b.kind == "endfold":
+            body.append("</details>")
     style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
              "table{border-collapse:collapse;margin:1em 0}caption{font-weight:bold;"
              "text-align:left}td,th{border:1px solid #ccc;padding:.2em .5em}"
-             "img{max-width:100%}")
+             "img{max-width:100%}summary{cursor:pointer;color:#555;margin:1em 0}"
+             "p.verdict{font-size:1.1em}")
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
             f"<style>{style}</style></head><body>\n" + "\n".join(body)
             + "\n</body></html>\n")

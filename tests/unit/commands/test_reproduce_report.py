@@ -155,3 +155,25 @@ def test_report_html_has_the_same_content(tmp_path: Path) -> None:
 def test_number_formatting() -> None:
     assert [report.num(x) for x in (1234.5, 12.34, 1.234, 0.01234, 7, True, "x")] == \
         ["1,234", "12.3", "1.23", "0.0123", "7", "True", "x"]
+
+
+def test_each_claim_leads_with_its_verdict_and_plot_and_folds_the_raw_figures(
+        tmp_path: Path) -> None:
+    out, _, _ = _run(tmp_path)
+    for name in ("report.md", "report.html"):
+        text = (out / name).read_text()
+        ok = text.split("title of ok (ok)")[1].split("title of weak")[0]
+        verdict = ok.index("Verdict: holds.")
+        plot = ok.index("ok/plot.png")
+        fold = ok.index("<details>")
+        assert verdict < plot < fold < ok.index("Measured figures") < ok.index("</details>")
+        assert "Raw figures (2 tables, 4 rows)" in ok
+
+
+def test_figures_are_shown_in_readable_units() -> None:
+    fig = Figure("round latency", "dblp", "s", "emulated", 3.13e-05, 2.9e-05, 4.1e-05, 12)
+    big = Figure("gradient", "-", "B", "full-scale", 2.5e9, 2.4e9, 2.6e9, 3)
+    rows = report.figure_table((fig, big)).rows
+    assert rows[0][2:5] == ("31.3", "29.0 - 41.0", "us")
+    assert rows[1][2:5] == ("2.50", "2.40 - 2.60", "GB")
+    assert report.readable_unit((0.5, 0.4), "fraction") == ("fraction", 1.0)
