@@ -6,8 +6,9 @@
 # destroy the VM, on failure too. Every step's duration goes to timings.tsv there.
 #
 #   SAE_VAGRANT_BOX    the box (default scaleacross-emu/bookworm64; built when missing)
-#   SAE_VM_RUN         reproduce | smoke (emu demo instead); default: reproduce, or smoke
-#                      while `emu reproduce` is still a placeholder in this tree
+#   SAE_VM_RUN         reproduce | smoke; default: reproduce under kvm, smoke under qemu.
+#                      smoke fits software emulation: set-up, emu doctor, a 2-DC fabric
+#                      (the netem check) and `emu demo --paths` instead of the reproduction
 #   SAE_VM_DRIVER      kvm | qemu (software emulation); default kvm, or qemu when this
 #                      host's /dev/kvm is PVM (kvm_pvm), which cannot run a stock kernel
 #   SAE_VM_TIMEOUT_S   limit on the last provisioning step (default 5400)
@@ -23,18 +24,6 @@ cd "$ROOT"
 require_root "sudo make vagrant-check"
 TIMEOUT_S="${SAE_VM_TIMEOUT_S:-5400}"
 [[ "$TIMEOUT_S" =~ ^[1-9][0-9]*$ ]] || die "SAE_VM_TIMEOUT_S=$TIMEOUT_S must be whole seconds > 0"
-if [[ -z "${SAE_VM_RUN:-}" ]]; then
-    if grep -q "under construction" commands/reproduce/command.py 2>/dev/null; then
-        SAE_VM_RUN=smoke
-    else
-        SAE_VM_RUN=reproduce
-    fi
-fi
-case "$SAE_VM_RUN" in
-    reproduce | smoke) ;;
-    *) die "SAE_VM_RUN=$SAE_VM_RUN is not valid here: reproduce or smoke" ;;
-esac
-export SAE_VM_RUN
 
 # One check at a time on this host (one VM name, one state directory).
 private_dir "$SAE_VAGRANT_HOME"
@@ -52,6 +41,14 @@ if [[ -z "${SAE_VM_DRIVER:-}" ]]; then
     if [[ -d /sys/module/kvm_pvm ]]; then SAE_VM_DRIVER=qemu; else SAE_VM_DRIVER=kvm; fi
 fi
 export SAE_VM_DRIVER
+# The quick reproduction takes hours under software emulation: there the smoke form runs.
+SAE_VM_RUN="${SAE_VM_RUN:-$(default_run_form "$SAE_VM_DRIVER")}"
+case "$SAE_VM_RUN" in
+    reproduce | smoke) ;;
+    *) die "SAE_VM_RUN=$SAE_VM_RUN is not valid here: reproduce or smoke" ;;
+esac
+export SAE_VM_RUN
+echo "vagrant-check: the $SAE_VM_RUN form, VM driver $SAE_VM_DRIVER"
 RESULTS="$ROOT/results/vagrant-reproduce"
 stage="$(mktemp -d)"  # mode 0700, a fresh name
 TIMINGS="$stage/timings.tsv"

@@ -38,6 +38,13 @@ private_dir() {
     (( (8#$mode & 8#022) == 0 )) || die "$d is writable by group or others (mode $mode)"
 }
 
+# default_run_form DRIVER: the check's form for a VM driver. Under qemu's software
+# emulation the quick reproduction takes hours: the smoke form (set-up, doctor, a 2-DC
+# fabric, `emu demo --paths`) runs there; the reproduction under kvm.
+default_run_form() {
+    if [[ "$1" == qemu ]]; then echo smoke; else echo reproduce; fi
+}
+
 # require_root HOW: HOW is the command to suggest (e.g. "sudo make vagrant-check").
 require_root() {
     [[ $(id -u) -eq 0 ]] || die "must run as root (packages, loop devices, libvirt," \

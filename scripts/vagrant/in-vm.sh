@@ -2,13 +2,13 @@
 # The VM's last provisioning step (see the Vagrantfile), as root inside the VM after
 # scripts/setup.sh: record what the emulator uses on this kernel (`emu doctor`), check
 # that a DCI link's delay goes through netem here (a 2-DC fabric under the automatic
-# backend choice, pinged across), then run the quick reproduction. With "smoke" the last
-# part is `emu demo` instead (for a tree whose `emu reproduce` is not there yet).
+# backend choice, pinged across), then run the quick reproduction. With "smoke" (the form
+# that fits software emulation) the last part is the fabric check `emu demo --paths`.
 #
 #   sudo bash /vagrant/scripts/vagrant/in-vm.sh [reproduce|smoke] [OUT]
 #
 # OUT (default results/vagrant-reproduce, relative to the project) receives vm/ (doctor,
-# netem check, kernel, CPU and memory, step durations) and reproduce/ (or demo/).
+# netem check, kernel, CPU and memory, step durations) and reproduce/ (or demo-paths/).
 set -euo pipefail
 
 MODE="${1:-reproduce}"
@@ -101,7 +101,7 @@ main_run() {
     if [[ "$MODE" == reproduce ]]; then
         "$EMU" reproduce --quick --out "$OUT/reproduce"
     else
-        "$EMU" demo --out "$OUT/demo"
+        "$EMU" demo --paths --out "$OUT/demo-paths"
     fi
 }
 
@@ -116,7 +116,7 @@ if [[ "$MODE" == reproduce ]]; then
     try_step "vm: emu reproduce --quick" main_run
     ((STEP_RC == 0)) || status=1
 else
-    try_step "vm: emu demo" main_run
+    try_step "vm: emu demo --paths" main_run
     ((STEP_RC == 0)) || status=1
 fi
 echo "in-vm: step durations (seconds, exit status):"

@@ -99,3 +99,13 @@ def test_in_vm_script_refuses_an_unknown_mode_by_name() -> None:
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 1
     assert "mode everything is not valid: reproduce or smoke" in p.stderr
+
+
+@pytest.mark.parametrize("driver,form", [("qemu", "smoke"), ("kvm", "reproduce")])
+def test_the_check_runs_the_smoke_form_under_software_emulation(driver: str, form: str) -> None:
+    common = ROOT / "scripts/vagrant/common.sh"
+    p = subprocess.run(["bash", "-c", f'source "{common}"; default_run_form {driver}'],
+                       capture_output=True, text=True, check=True)
+    assert p.stdout.strip() == form
+    in_vm = (ROOT / "scripts/vagrant/in-vm.sh").read_text()
+    assert '"$EMU" demo --paths --out "$OUT/demo-paths"' in in_vm
