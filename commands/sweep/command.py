@@ -14,9 +14,10 @@ _DESCRIPTION = (
     "commands/sweep/__init__.py). Every point is validated before anything runs, then runs "
     "as a Ray task needing one fabric_slot (each node advertises one, so two fabrics never "
     "share a node), its results copied back here as it finishes. A failed point is retried "
-    "up to the file's `retries`, then recorded as failed. Ctrl-C cancels the running "
-    "points (their fabrics are torn down) and keeps what is done; --resume DIR continues. "
-    "Needs Ray (the [sweep] extra); the points need root on their nodes.")
+    "up to the file's `retries`, then recorded as failed. Ctrl-C, SIGTERM or SIGHUP cancels "
+    "the running points (their fabrics are torn down) and keeps what is done; --resume DIR "
+    "continues. Every Ray cluster it starts or joins must use token authentication. Needs "
+    "Ray (the [sweep] extra); the points need root on their nodes.")
 
 
 def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -24,9 +25,15 @@ def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
     p = sub.add_parser("sweep", help=_HELP, description=_DESCRIPTION)
     p.add_argument("file", help="sweep file, e.g. experiments/sweeps/digits_transports_smoke.toml")
     p.add_argument("--cluster", default="local", metavar="local|auto|ADDRESS",
-                   help="local (default): a one-node Ray cluster on this machine, stopped at "
-                   "the end; auto: the cluster `ray start` runs here; HOST:PORT: that one")
+                   help="local (default): a one-node Ray cluster on this machine (127.0.0.1 "
+                   "only, a fresh token), stopped at the end; auto: the cluster `ray start` "
+                   "runs here, if its address file is root's and nobody else can replace it; "
+                   "HOST:PORT: the head's GCS there. A cluster to join must use token "
+                   "authentication (RAY_AUTH_MODE=token), and this machine must hold its "
+                   "token (/root/.ray/auth_token or RAY_AUTH_TOKEN_PATH)")
     p.add_argument("--out", help="results directory (default results/sweep-NAME-TIMESTAMP)")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --out directory that already holds other files")
     p.add_argument("--resume", metavar="DIR",
                    help="continue the sweep in DIR: points done there are skipped")
     p.add_argument("--max-parallel", type=int, metavar="N",
@@ -41,10 +48,16 @@ def run(args: argparse.Namespace) -> int:
     from commands.sweep.run import run_sweep
 
     def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+        try:
+            print(msg, file=sys.stderr, flush=True)
+        except OSError:
+            # A terminal that hung up (SIGHUP) fails every write: the cancelling of the
+            # running points and their teardown must go on without their progress lines.
+            pass
 
     res = run_sweep(args.file, cluster=args.cluster, out=Path(args.out) if args.out else None,
                     resume=Path(args.resume) if args.resume else None,
-                    max_parallel=args.max_parallel, quick=args.quick, say=say)
+                    max_parallel=args.max_parallel, quick=args.quick, say=say,
+                    force=args.force)
     print(res.out)
     return 1 if res.failed or res.grid["counts"]["missing"] else 0

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from commands.sweep import aggregate, grid, sweepfile
-from commands.sweep.cluster import ClusterInfo, check_cluster, connect
+from commands.sweep.cluster import ClusterInfo, check_cluster, connect, preflight
 from commands.sweep.scheduler import SweepCounts, run_points
 from commands.sweep.store import SweepStore
 from emu.errors import EmuError, require_root
@@ -48,10 +48,14 @@ def default_out(name: str) -> Path:
 def run_sweep(path: str | Path, *, cluster: str = "local", out: Path | None = None,
               resume: Path | None = None, max_parallel: int | None = None,
               quick: bool = False, say: Callable[[str], None] = print,
-              cancel_grace_s: float = 120.0) -> SweepResult:
+              cancel_grace_s: float = 120.0, force: bool = False) -> SweepResult:
     """Run the sweep file ``path`` (see the module docstring). ``resume``: an output
     directory to continue (its done points are skipped); else ``out`` (default
-    results/sweep-NAME-TIME) must not hold a sweep yet."""
+    results/sweep-NAME-TIME) must not hold a sweep yet, nor other files unless ``force``.
+
+    Everything that can refuse the sweep (the file, every point, the cluster's form and,
+    for one to join, its address and this machine's token, root for a local cluster) is
+    checked before the output directory is created."""
     t0 = time.monotonic()
     if max_parallel is not None and max_parallel < 1:
         raise EmuError(f"--max-parallel {max_parallel} is invalid: must be >= 1")
@@ -61,19 +65,26 @@ def run_sweep(path: str | Path, *, cluster: str = "local", out: Path | None = No
     check_cluster(cluster)
     sweep = sweepfile.load(path)
     points = grid.expand(sweep, quick)  # every point validated before anything runs
-    store = (SweepStore.open(Path(resume)) if resume is not None
-             else SweepStore.create(Path(out) if out else default_out(sweep.name), Path(path)))
-    done = store.done_ids()
+    if resume is not None:
+        store = SweepStore.open(Path(resume))
+        done = store.done_ids()
+    else:
+        done = set()
     todo = [p for p in points if p.id not in done]
+    if todo:
+        if cluster == "local":
+            require_root("emu sweep --cluster local (its points build fabrics here)")
+        preflight(cluster)  # a cluster to join: its address, token and authentication
+    if resume is None:
+        store = SweepStore.create(Path(out) if out else default_out(sweep.name), Path(path),
+                                  force=force)
     say(f"sweep {sweep.name}: {len(points)} points, {len(points) - len(todo)} already done, "
         f"results in {store.root}/")
     axes = [k for k, _ in sweep.axes]
     counts = info = None
     try:
         if todo:
-            if cluster == "local":
-                require_root("emu sweep --cluster local (its points build fabrics here)")
-            with connect(cluster, say) as info:
+            with connect(cluster, say, checked=True) as info:
                 # At most one point per fabric slot in flight: a submitted point is then
                 # a running one (the progress line's count), never one queued in Ray.
                 parallel = min(max_parallel or info.slots, info.slots, len(todo))

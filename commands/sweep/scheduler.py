@@ -8,7 +8,7 @@ attempt's with its error. A failed attempt (the run raised, or its worker or nod
 is submitted again, up to ``retries`` times, then recorded as failed; the others go on.
 Ray's own task retries are off, so every attempt and its cause are on record.
 
-Ctrl-C (or SIGTERM, which `emu` turns into it) cancels the running tasks: Ray raises
+Ctrl-C (or SIGTERM or SIGHUP, which `emu` turns into it) cancels the running tasks: Ray raises
 KeyboardInterrupt inside each, the run's ``with Fabric`` tears its fabric down on its
 node, and the head waits up to ``cancel_grace_s`` for that (a point that finishes in
 the meantime is kept). A second Ctrl-C stops waiting and kills the tasks (`emu clean`

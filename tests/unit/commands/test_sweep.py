@@ -159,14 +159,15 @@ def test_the_shipped_sweep_files_are_valid():
         assert grid.expand(sweep, quick=True)
 
 
-@pytest.mark.parametrize("cluster", ["local", "auto", "10.0.0.1:6379", "ray://head:10001"])
+@pytest.mark.parametrize("cluster", ["local", "auto", "10.0.0.1:6379", "[fd00::1]:6379"])
 def test_cluster_forms_that_are_accepted(cluster):
     from commands.sweep.cluster import check_cluster
 
     check_cluster(cluster)
 
 
-@pytest.mark.parametrize("cluster", ["head", "head:port", ":6379", "lcoal"])
+@pytest.mark.parametrize("cluster", ["head", "head:port", ":6379", "lcoal", "head:0",
+                                     "head:65536"])
 def test_a_cluster_that_is_no_address_is_refused_before_anything_runs(cluster, tmp_path):
     from commands.sweep.run import run_sweep
 
@@ -174,4 +175,41 @@ def test_a_cluster_that_is_no_address_is_refused_before_anything_runs(cluster, t
     with pytest.raises(EmuError, match=f"--cluster '{cluster}' is invalid: must be local, "
                        "auto or HOST:PORT"):
         run_sweep(f, cluster=cluster, out=tmp_path / "out", say=lambda m: None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_ray_client_address_is_refused_naming_the_form_to_use(tmp_path):
+    from commands.sweep.run import run_sweep
+
+    f = _files(tmp_path, '[axes]\nseed = [1]\n')
+    with pytest.raises(EmuError, match="Ray Client addresses are not supported.*HOST:PORT"):
+        run_sweep(f, cluster="ray://head:10001", out=tmp_path / "out", say=lambda m: None)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_non_root_sweep_leaves_no_out_directory(tmp_path, monkeypatch):
+    """Finding 12: the retry must not find a directory that "already holds a sweep"."""
+    from commands.sweep import run
+    from emu import errors
+
+    monkeypatch.setattr(errors.os, "geteuid", lambda: 65534)
+    monkeypatch.setattr(run, "connect", None)  # nothing may start
+    f = _files(tmp_path, '[axes]\nseed = [1]\n')
+    for _ in range(2):  # the second try is refused for the same reason, not another
+        with pytest.raises(EmuError, match="emu sweep --cluster local .* needs root"):
+            run.run_sweep(f, out=tmp_path / "out", say=lambda m: None)
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_cluster_to_join_without_a_token_here_leaves_no_out_directory(tmp_path,
+                                                                          monkeypatch):
+    from commands.sweep.run import run_sweep
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token
+    for k in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE"):
+        monkeypatch.delenv(k, raising=False)
+    f = _files(tmp_path, '[axes]\nseed = [1]\n')
+    with pytest.raises(EmuError, match="--cluster 127.0.0.1:9: no Ray token on this machine.*"
+                       "auth_token"):
+        run_sweep(f, cluster="127.0.0.1:9", out=tmp_path / "out", say=lambda m: None)
     assert not (tmp_path / "out").exists()

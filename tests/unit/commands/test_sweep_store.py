@@ -79,7 +79,7 @@ def test_resume_runs_only_the_points_not_done(sweep, tmp_path, monkeypatch):
     ran: list[list[str]] = []
 
     @contextlib.contextmanager
-    def fake_connect(cluster, say):
+    def fake_connect(cluster, say, checked=False):
         yield ClusterInfo(kind=cluster, nodes=1, slots=1, started_s=0.0)
 
     def fake_run_points(points, todo, store, base, session, **kw):
