@@ -1,7 +1,7 @@
 """`emu sweep` on a local one-node Ray cluster (root): every point once, never two fabrics
 at once on the node, results gathered and aggregated; a point that fails at run time is
 retried then reported failed while the others complete; Ctrl-C keeps what is done and
---resume runs only the rest."""
+--resume runs only the rest; so do SIGTERM and SIGHUP, however they are sent."""
 
 from __future__ import annotations
 
@@ -19,10 +19,13 @@ import pytest
 from commands.sweep.cluster import connect
 from commands.sweep.run import run_sweep
 from commands.sweep.store import read_records
+from emu import registry
 from explorer.calibration import load_calibration
 from workloads.results import read_jsonl
 
 pytestmark = pytest.mark.root
+
+REPO = Path(__file__).resolve().parents[2]
 
 # The smallest run: 2 workers on a 2 x 2 x 2 x 1 fabric, 8 steps (about 6 s a point).
 BASE = """\
@@ -55,6 +58,7 @@ def _attempts(out: Path) -> list[dict]:
 
 
 def _netns_left() -> list[str]:
+    """The names of a point's fabric (every point's fabric is named "run")."""
     return [n for n in os.listdir("/run/netns") if n.startswith("sae-run-")] \
         if os.path.isdir("/run/netns") else []
 
@@ -132,12 +136,42 @@ def test_a_point_failing_at_run_time_is_retried_then_reported_failed(cluster, tm
     assert _netns_left() == []
 
 
+def _tree(pid: int) -> set[int]:
+    """``pid`` and every process descended from it."""
+    parent: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue
+            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, grew = {pid}, True
+    while grew:
+        more = {c for c, p in parent.items() if p in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return tree
+
+
+def _own_fabrics(pid: int) -> list[registry.FabricState]:
+    """The fabrics a process of ``pid``'s tree (a point's Ray task) owns, once every
+    namespace they record is named."""
+    tree = _tree(pid)
+    return [s for s in registry._states() if s.owner_pid in tree and s.namespaces
+            and all((registry.NETNS_RUN_DIR / r["netns"]).exists()
+                    for r in s.namespaces.values())]
+
+
 def _ray_processes(tmp: str) -> list[int]:
+    """The processes of the local cluster whose directory is ``tmp``: every one has its
+    token's path in its environment (the head's, and all it started, tasks included)."""
+    needle = f"RAY_AUTH_TOKEN_PATH={tmp}/token".encode()
     pids = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
-                if tmp.encode() in (d / "cmdline").read_bytes():
+                if needle in (d / "environ").read_bytes().split(b"\0"):
                     pids.append(int(d.name))
             except OSError:
                 continue
@@ -148,51 +182,86 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "commands.cli", "sweep", *args]
 
 
-def test_ctrl_c_keeps_what_is_done_and_resume_runs_only_the_rest(tmp_path):
+def _send(p: subprocess.Popen, how: str, signum: int) -> None:
+    if how == "group":  # a terminal's foreground job: Ctrl-C, a closed terminal
+        os.killpg(p.pid, signum)
+    else:  # `kill`, `docker stop`, a scheduler; `timeout` passes it to its job and group
+        os.kill(p.pid, signum)
+
+
+# Ctrl-C, and the signals schedulers and terminals stop jobs with, as they send them:
+# SIGTERM to the process (kill, docker stop, systemd), SIGTERM as `timeout` sends it (to
+# the process and its whole process group), SIGHUP to the foreground job's process group
+# (a closed terminal).
+STOPS = [("SIGINT", "group"), ("SIGTERM", "process"), ("SIGTERM", "timeout"),
+         ("SIGHUP", "group")]
+
+
+@pytest.mark.parametrize(("name", "how"), STOPS, ids=[f"{n}-{h}" for n, h in STOPS])
+def test_a_stop_keeps_what_is_done_and_resume_runs_only_the_rest(tmp_path, name, how):
+    signum = getattr(signal, name)
     f = _sweep(tmp_path, 'seeds = [1, 2, 3]\n')
     out = tmp_path / "out"
-    # its own process group, as a terminal's foreground job: Ctrl-C goes to the group
-    p = subprocess.Popen(_cli(str(f), "--out", str(out)), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    argv = _cli(str(f), "--out", str(out))
+    if how == "timeout":
+        argv = ["timeout", "3600", *argv]
+    # its own process group, as a terminal's foreground job (or `timeout`'s)
+    p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    seen: list[registry.FabricState] = []
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # until the first point is done
             if any(a["status"] == "done" for a in _attempts(out)) if out.exists() else False:
                 break
+            if p.poll() is not None:
+                pytest.fail(f"the sweep ended early: {p.communicate()[1][-3000:]}")
             time.sleep(0.2)
         else:
-            pytest.fail("no point done within 120 s")
-        # The next point is running once its fabric's namespaces exist (the first point's
-        # were gone before its attempt was recorded): Ctrl-C then cancels it mid-run.
+            pytest.fail("no point done within 180 s")
+        # The next point is running once its fabric's namespaces are named (the first
+        # point's fabric was gone before its attempt was recorded): the stop then
+        # cancels it mid-run.
         deadline = time.monotonic() + 120
-        while not _netns_left():
+        while not (seen := _own_fabrics(p.pid)):
             if p.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the next point did not start within 120 s: "
                             f"{[(a['id'], a['status']) for a in _attempts(out)]}")
             time.sleep(0.05)
-        os.killpg(p.pid, signal.SIGINT)
-        _, err = p.communicate(timeout=120)
+        _send(p, how, signum)
+        _, err = p.communicate(timeout=300)
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode == 130, err
-    assert f"--resume {out}" in err
+            p.wait()
+    assert p.returncode == 128 + signum, err[-3000:]
+    assert f"interrupted ({name})" in err and f"--resume {out}" in err, err[-3000:]
+    assert "cancelling 1 running point(s)" in err
+    assert "Traceback" not in err and "received ***" not in err, err[-3000:]
     tmp = re.search(r"logs in (/tmp/sae-ray-\w+)", err)
     assert tmp is not None, err
     assert not Path(tmp.group(1)).exists()  # the local cluster's directory is removed...
     assert _ray_processes(tmp.group(1)) == []  # ... and its processes are gone
-    assert _netns_left() == []
+    for st in seen:  # the cancelled point's fabric is torn down on its node
+        assert not st.path.exists(), f"state file {st.path} left"
+        for rec in st.namespaces.values():
+            assert not (registry.NETNS_RUN_DIR / rec["netns"]).exists(), rec["netns"]
+        inodes = {r["inode"] for r in st.namespaces.values() if r.get("inode")}
+        assert registry.processes_in(inodes) == []
+        for d in st.tmpdirs:
+            assert not Path(d).exists(), f"temp dir {d} left"
     first = _attempts(out)
     done = {a["id"] for a in first if a["status"] == "done"}
     assert 1 <= len(done) < 3
     assert all(a["status"] in ("done", "cancelled") for a in first)
-    # the point running at Ctrl-C was cancelled (its fabric torn down: no namespace left),
-    # not recorded as done with partial results
+    # the point running at the stop was cancelled, not recorded as done with partial
+    # results
     cancelled = {a["id"] for a in first if a["status"] == "cancelled"}
     assert len(cancelled) == 1 and not cancelled & done
+    assert json.loads((out / "grid.json").read_text())["counts"]["done"] == len(done)
 
     r = subprocess.run(_cli(str(f), "--resume", str(out)), capture_output=True, text=True,
-                       timeout=180)
+                       timeout=300, cwd=REPO)
     assert r.returncode == 0, r.stderr
     atts = _attempts(out)
     second = [a for a in atts if a["session"] == 1]
@@ -202,4 +271,3 @@ def test_ctrl_c_keeps_what_is_done_and_resume_runs_only_the_rest(tmp_path):
     assert cancelled <= {a["id"] for a in second}
     assert all(a["status"] == "done" for a in second)
     assert grid["counts"] == {"done": 3, "failed": 0, "missing": 0}
-    assert _netns_left() == []
