@@ -18,6 +18,8 @@ import shutil
 import signal
 import stat
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +78,20 @@ def state_dir() -> Path:
                        f"to (owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}): "
                        "another user may have planted it; remove it and run again")
     return STATE_DIR
+
+
+@contextmanager
+def recorded_tmpdir(tag: str, path: str | Path) -> Iterator[None]:
+    """Record the temp dir ``path`` (just made, still empty) for ``emu clean`` while the
+    body runs: a process killed meanwhile (SIGKILL) leaves a record, and the next clean
+    removes the directory. The record goes at the end; the directory is the caller's."""
+    pid = os.getpid()
+    st = FabricState(f"{tag}-{pid}", pid, start_time(pid) or 0, tmpdirs=[str(path)])
+    st.save()
+    try:
+        yield
+    finally:
+        st.remove()
 
 
 def start_time(pid: int) -> int | None:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from commands.sweep import cluster
+from commands.sweep import cluster, cluster_auth
 from emu.errors import EmuError
 
 TOKEN = "0123456789abcdef" * 4
@@ -65,7 +65,7 @@ def test_joining_a_listener_that_does_not_speak_ray_is_refused(mute_listener, mo
     token = tmp_path / "t"
     token.write_text(TOKEN)
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
-    monkeypatch.setattr(cluster, "JOIN_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(cluster_auth, "JOIN_TIMEOUT_S", 3.0)
     with pytest.raises(EmuError, match=f"no Ray cluster answers at 127.0.0.1:{port} "
                        r"\(no answer within 3 s\)"):
         cluster.preflight(f"127.0.0.1:{port}")

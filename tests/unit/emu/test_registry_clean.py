@@ -90,3 +90,19 @@ def test_a_name_someone_else_holds_is_never_removed(tmp_path, monkeypatch):
     assert unbound == [] and report.namespaces == [] and theirs.exists()
     assert killed == []  # no inode of ours: nothing looked up, nothing killed
     assert report.fabrics == ["run"]
+
+
+def test_a_recorded_temp_dir_is_removed_by_clean_once_its_owner_died(tmp_path, monkeypatch):
+    """A sweep's local Ray directory, its owner SIGKILLed: the record outlives it and the
+    next clean removes the directory (and only once its owner is dead)."""
+    monkeypatch.setattr(registry, "STATE_DIR", tmp_path / "state")
+    d = tmp_path / "sae-ray-x"
+    d.mkdir()
+    with registry.recorded_tmpdir("sweep-ray", d):
+        (st,) = registry._states()
+        assert st.tmpdirs == [str(d)] and registry.clean().tmpdirs == []  # owner alive
+        # as if this process had been killed: the record names a dead owner
+        registry.FabricState(st.fabric, dead_pid(), tmpdirs=[str(d)]).save()
+        report = registry.clean()
+    assert report.tmpdirs == [str(d)] and not d.exists()
+    assert registry._states() == []
