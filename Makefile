@@ -1,6 +1,7 @@
 # scaleacross-emu. Every target that runs the emulator needs root (sudo make ...);
 # `make unit` and `make lint` need neither root nor a network namespace, only the
-# venv that `sudo make setup` (or any root target) created once.
+# venv that `sudo make setup` (or any root target) created once. `make lint` also builds
+# the docs site (mkdocs.yml, docs/) with --strict; `.venv/bin/mkdocs serve` shows it.
 VENV := .venv
 EMU  := $(VENV)/bin/emu
 PY   := $(VENV)/bin/python
@@ -39,6 +40,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	bash scripts/docs.sh
 
 # A Debian 12 VM, end to end (root; installs vagrant, vagrant-libvirt, libvirt and qemu on
 # the host when missing). vagrant-box builds the box locally with debootstrap (no box

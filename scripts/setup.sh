@@ -68,7 +68,7 @@ if ! venv_ok; then
     did+=("created $VENV from $PYTHON (--system-site-packages)")
 fi
 
-# 5. The project itself, editable, with the test extra: only when pyproject.toml
+# 5. The project itself, editable, with the test, sweep and docs extras: only when pyproject.toml
 #    (or this script, which holds the install command) is newer than the stamp.
 #    editable_mode=compat puts the repo root on sys.path with a plain .pth, so
 #    packages and __init__.py files added after the install are picked up.
@@ -80,9 +80,9 @@ if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" || scripts/setup.sh -nt "$STA
         export PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
     fi
     "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
-        --config-settings editable_mode=compat -e '.[test,sweep]'
+        --config-settings editable_mode=compat -e '.[test,sweep,docs]'
     touch "$STAMP"
-    did+=("pip install -e '.[test,sweep]' into .venv")
+    did+=("pip install -e '.[test,sweep,docs]' into .venv")
 fi
 
 if ((${#did[@]})); then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Checks and tests: Vagrantfile syntax, ruff, mypy, the layer contract, then pytest
-# (arguments pass through).
+# Checks and tests: Vagrantfile syntax, ruff, mypy, the layer contract, the docs site
+# (mkdocs build --strict), then pytest (arguments pass through).
 #   scripts/test.sh [pytest args...]
 set -euo pipefail
 
@@ -11,6 +11,7 @@ ruby -c Vagrantfile
 .venv/bin/ruff check .
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache
+bash scripts/docs.sh
 
 status=0
 .venv/bin/python -m pytest "$@" || status=$?

@@ -244,7 +244,7 @@ def _reachable(address: str, cluster: str, timeout_s: float = 5.0) -> None:
     except OSError as e:
         raise EmuError(f"--cluster {cluster}: nothing answers at {address} ({e}); start the "
                        f"head with `ray start --head --resources={SLOT_RESOURCES}` "
-                       "(README.md, \"Sweeps on a Ray cluster\")") from None
+                       "(docs/concepts/sweeps.md)") from None
 
 
 def _info(ray: Any, kind: str, t0: float, tmp: str | None = None,

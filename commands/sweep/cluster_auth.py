@@ -28,7 +28,7 @@ JOIN_TIMEOUT_S = 20.0  # a head's GCS answers the probe within this (scaled)
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 FIX_AUTH = ("restart every node of it with token authentication: RAY_AUTH_MODE=token and "
             "the cluster's token in RAY_AUTH_TOKEN_PATH (or /root/.ray/auth_token), as "
-            "README.md's \"Sweeps on a Ray cluster\" shows")
+            "docs/concepts/sweeps.md shows")
 FIX_TOKEN = ("put the head's token (`ray get-auth-token` on the head) in /root/.ray/"
              "auth_token (mode 0600) or in a file named by RAY_AUTH_TOKEN_PATH")
 
@@ -178,8 +178,8 @@ def require_token_auth(address: str, cluster: str, token: str) -> None:
     if got[0] != "refused":
         raise EmuError(f"--cluster {cluster}: no Ray cluster answers at {address} "
                        f"({got[0].removeprefix('error: ')}); start its head with `ray "
-                       f"start --head --resources={SLOT_RESOURCES}` (README.md, \"Sweeps on "
-                       "a Ray cluster\") or use --cluster local")
+                       f"start --head --resources={SLOT_RESOURCES}` "
+                       "(docs/concepts/sweeps.md) or use --cluster local")
     if got[1:] != ("answered",):
         raise EmuError(f"--cluster {cluster}: the head at {address} refused this machine's "
                        f"Ray token ({', '.join(got[1:]) or 'no answer'}): {FIX_TOKEN}")

@@ -193,7 +193,7 @@ def test_a_head_without_token_authentication_is_refused_naming_the_fix(tmp_path)
         assert cluster.probe_auth(addr, TOKEN) == ("answered",)
     assert r.returncode == 2, r.stderr[-3000:]
     assert "runs without token authentication" in r.stderr
-    assert "RAY_AUTH_MODE=token" in r.stderr and "Sweeps on a Ray cluster" in r.stderr
+    assert "RAY_AUTH_MODE=token" in r.stderr and "docs/concepts/sweeps.md" in r.stderr
     assert not (tmp_path / "out").exists()
 
 
