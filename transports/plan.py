@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from emu.errors import EmuError
-from transports.api import Core
+from transports.core.api import Core
 
 TRANSPORTS = ("mrc", "rc", "tcp", "dblp")
 # RC runs with AIMD on its window, standing in for RoCE's rate control (DCQCN): a
@@ -76,16 +76,16 @@ def make_core(transport: str, conn: int, evs: int, config: dict, seed: int,
     """A core of ``transport`` ("mrc", "rc", "dblp") for one connection; ``nics``: the NIC
     (plane) of each EV (MRC, DBLP)."""
     if transport == "mrc":
-        from transports.mrc import MrcConfig, MrcCore
+        from transports.core.mrc import MrcConfig, MrcCore
 
         return MrcCore(conn, evs, MrcConfig(**config), seed, nics=nics)
     if transport == "rc":
-        from transports.rc import RcConfig, RcCore
+        from transports.core.rc import RcConfig, RcCore
 
         return RcCore(conn, RcConfig(**config), seed)
     if transport == "dblp":
-        from transports.dblp import DblpCore
-        from transports.mrc import MrcConfig
+        from transports.core.dblp import DblpCore
+        from transports.core.mrc import MrcConfig
 
         return DblpCore(conn, evs, MrcConfig(**config), seed, nics=nics)
     raise ValueError(f"transport={transport!r} is not a UDP core: use 'mrc', 'rc' or 'dblp'")

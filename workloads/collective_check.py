@@ -99,7 +99,7 @@ def run_rank(cfg: dict) -> dict:
             drive(col.hierarchical_allreduce(comm, buf, cfg["groups"]), comm)
             out["hierarchical"] = sha(buf)
         if cfg.get("bound"):
-            from transports.bound import LossBound
+            from transports.core.bound import LossBound
 
             buf = x.copy()
             res = drive(transpose_allreduce(comm, buf, bound=LossBound(**cfg["bound"])),

@@ -1,4 +1,4 @@
-"""Collectives on N ranks over the fake network (``transports.fakenet``), in virtual time.
+"""Collectives on N ranks over the fake network (``transports.testing.fakenet``), in virtual time.
 
 ``FakeCluster(transport, size)`` joins every pair of ranks with one connection of
 the chosen sans-I/O core ("mrc", "rc" or "dblp", built by
@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any, cast
 
-from transports.api import Completion
-from transports.bound import LossBound
-from transports.fakenet import FakeNet, PathSpec
+from transports.core.api import Completion
+from transports.core.bound import LossBound
 from transports.plan import make_core
+from transports.testing.fakenet import FakeNet, PathSpec
 from workloads.comm import CommError, Handle
 
 TRANSPORTS = ("mrc", "rc", "dblp")

@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any
 
-from transports.api import Completion
-from transports.endpoint import Endpoint
+from transports.core.api import Completion
+from transports.io.endpoint import Endpoint
 from transports.plan import conn_spec
 from workloads.comm import CommError, Handle
 

@@ -17,12 +17,12 @@ import random
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from transports.dblp import DblpCore
-from transports.fakenet import FakeNet, PathSpec
-from transports.hostile import hostile
-from transports.lossdetect import MAX_BLAME, MAX_TAIL_PROBES
-from transports.mrc import MrcConfig, MrcCore
-from transports.rc import RcConfig, RcCore
+from transports.core.dblp import DblpCore
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.mrc.lossdetect import MAX_BLAME, MAX_TAIL_PROBES
+from transports.core.rc import RcConfig, RcCore
+from transports.testing.fakenet import FakeNet, PathSpec
+from transports.testing.hostile import hostile
 
 CONN = 7
 EVS = 4

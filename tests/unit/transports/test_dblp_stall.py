@@ -1,7 +1,7 @@
 """DBLP park-stall liveness on the fake network.
 
 A bounded sender parks a lost chunk when the chunks acked, in flight and not yet
-sent still reach the bound (transports/dblp_send.py ``BoundedSender.may_retransmit``
+sent still reach the bound (transports/core/dblp/send.py ``BoundedSender.may_retransmit``
 / ``_need``). If the
 chunks counted "in flight" are then lost too on paths whose RTO is long (RTT
 samples taken under a full FIFO push a path's RTO towards ``rto_max``), nothing
@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import pytest
 
-from transports.dblp import DblpCore, LossBound
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import INF, MrcConfig
+from transports.core.dblp import DblpCore, LossBound
+from transports.core.mrc import INF, MrcConfig
+from transports.testing.fakenet import FakeNet, PathSpec
 
 CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=2.0, probe_min=200e-6, probe_max=5e-3)
 EVS = 8

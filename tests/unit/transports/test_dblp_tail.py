@@ -14,10 +14,10 @@ import random
 
 import pytest
 
-from transports import wire
-from transports.dblp import DblpCore, LossBound
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import INF, MrcConfig
+from transports.core import wire
+from transports.core.dblp import DblpCore, LossBound
+from transports.core.mrc import INF, MrcConfig
+from transports.testing.fakenet import FakeNet, PathSpec
 
 CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=2.0, probe_min=200e-6, probe_max=5e-3)
 EVS = 8

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from transports import wire
-from transports.cc import NsccConfig
-from transports.fakenet import PathSpec, exchange
-from transports.mrc import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.cc import NsccConfig
+from transports.core.mrc import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, MrcConfig, MrcCore
+from transports.testing.fakenet import PathSpec, exchange
 
 from corepair import check_all, connect_pair, messages
 

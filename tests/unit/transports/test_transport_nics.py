@@ -8,10 +8,10 @@ import random
 import pytest
 
 from topologies import MultiPlaneClos
-from transports import wire
-from transports.fakenet import FakeNet, PathSpec, exchange
-from transports.mrc import EV_GOOD, MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.mrc import EV_GOOD, MrcConfig, MrcCore
 from transports.plan import conn_spec, make_core
+from transports.testing.fakenet import FakeNet, PathSpec, exchange
 
 FAST = MrcConfig(rto_min=200e-6, rto_init=1e-3, probe_min=200e-6, probe_max=5e-3)
 NICS = [0, 0, 0, 0, 1, 1, 1, 1]

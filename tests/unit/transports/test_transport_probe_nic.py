@@ -3,7 +3,7 @@ of its own, a FIFO the connections of a host share (and each EV its own switch
 queues), so a probe sent on another EV than the probed packet can overtake it while it
 still waits; its answer would then condemn a packet that was only late (a spurious
 retransmission). One copy goes on the packet's own EV, behind it, and only its answer
-condemns the packet (transports/lossdetect.py); the other copy's answer (around the
+condemns the packet (transports/core/mrc/lossdetect.py); the other copy's answer (around the
 packet's NIC from the second silent RTO of a transmission on) condemns nothing by
 itself, so a dead plane is still found: the packet's next RTO blames it.
 """
@@ -13,9 +13,9 @@ import random
 import pytest
 import test_transport_incast as incast
 
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import MrcConfig, MrcCore
-from transports.wire import DATA, FLAG_RETX
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.wire import DATA, FLAG_RETX
+from transports.testing.fakenet import FakeNet, PathSpec
 
 NICS = [0] * 4 + [1] * 4
 

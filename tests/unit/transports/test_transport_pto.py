@@ -11,9 +11,9 @@ to a tail probe is no RTT sample: a header's round trip is not a packet's.
 import random
 from dataclasses import replace
 
-from transports import wire
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.testing.fakenet import FakeNet, PathSpec
 
 MS = 1e-3
 CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=2.0)

@@ -19,9 +19,9 @@ from dataclasses import replace
 
 import pytest
 
-from transports import wire
-from transports.fakenet import FakeNet, PathSpec, exchange
-from transports.mrc import MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.testing.fakenet import FakeNet, PathSpec, exchange
 
 MS = 1e-3
 CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=2.0)

@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-from transports.cc import Nscc, NsccConfig
-from transports.fakenet import FakeNet, PathSpec, exchange
-from transports.mrc import MrcConfig, MrcCore
-from transports.rc import RcConfig, RcCore
-from transports.rto import HOST_DELAY_MAX_S, HostDelay, MinRtt, RttEstimator, rto_floor
-from transports.spurious import RetxLedger
+from transports.core.cc import Nscc, NsccConfig
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.rc import RcConfig, RcCore
+from transports.core.rto import HOST_DELAY_MAX_S, HostDelay, MinRtt, RttEstimator, rto_floor
+from transports.core.spurious import RetxLedger
+from transports.testing.fakenet import FakeNet, PathSpec, exchange
 
 MS = 1e-3
 

@@ -5,10 +5,10 @@ repeated timeouts do not keep one phase of a periodic impairment (a microburst e
 
 import random
 
-from transports import wire
-from transports.fakenet import PathSpec
-from transports.lossdetect import BACKOFF_JITTER
-from transports.mrc import MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.mrc.lossdetect import BACKOFF_JITTER
+from transports.testing.fakenet import PathSpec
 
 from corepair import connect_pair
 
