@@ -109,6 +109,49 @@ def pack_header(buf: bytearray, kind: int, flags: int, conn: int, psn: int, msg:
                      length, ts, ts_echo, crc)
 
 
+# The hot paths read or patch a few fields without decoding the whole header: their byte
+# offsets stay here, next to the layout above, and nowhere else.
+_KIND_AT = 1
+_FLAGS_LOW_AT = 3  # the low byte of the big-endian flags field: the FLAG_* bits < 0x100
+_CONN_AT = 4
+_CONN = struct.Struct("!I")
+assert FLAG_ACK_REQ < 0x100 and FLAG_TAIL < 0x100  # both live in the flags' low byte
+
+
+def conn_of(data: bytes | bytearray | memoryview, n: int) -> int:
+    """The connection id of a datagram of ``n`` bytes (-1 if too short to name one): what
+    a receiving loop hands the datagram to a core by, before any check."""
+    if n < _CONN_AT + _CONN.size:
+        return -1
+    conn: int = _CONN.unpack_from(data, _CONN_AT)[0]
+    return conn
+
+
+def queues_as_data(data: bytes | bytearray | memoryview) -> bool:
+    """Whether a packed datagram travels in the data class: DATA, and MRC's tail probes
+    (FLAG_TAIL), which must queue behind the data they probe; everything else (ACK,
+    NACK, probes) goes in the switches' priority class."""
+    return data[_KIND_AT] == DATA or bool(data[_FLAGS_LOW_AT] & FLAG_TAIL)
+
+
+def request_ack(buf: bytearray) -> None:
+    """Set FLAG_ACK_REQ in the header packed at the start of ``buf`` (the last packet of a
+    burst, once the burst is known to end there)."""
+    buf[_FLAGS_LOW_AT] |= FLAG_ACK_REQ
+
+
+def pack_version(buf: bytearray, version: int, conn: int) -> None:
+    """A header of wire version ``version`` for connection ``conn``, every other field 0
+    (a datagram of another version, to test that it is refused)."""
+    HEADER.pack_into(buf, 0, version, 0, 0, conn, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def peek(data: bytes | bytearray | memoryview) -> Header:
+    """The header fields of a datagram of at least ``HEADER_LEN`` bytes, unchecked (a
+    capture's or a fake network's view; ``parse`` is the receiver's, checked)."""
+    return Header._make(HEADER.unpack_from(data, 0))
+
+
 def sack_blocks(payload: bytes | memoryview) -> list[tuple[int, int]]:
     """The (start, end) PSN ranges of an ACK/NACK payload."""
     return [SACK_BLOCK.unpack_from(payload, i) for i in range(0, len(payload), SACK_BLOCK.size)]

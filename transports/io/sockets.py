@@ -22,19 +22,14 @@ from emu.srv6 import IPV6_RTHDR, srh_bytes
 from topologies.qos import CTRL_TCLASS
 from transports.core.api import Core
 from transports.core.rto import HostDelay
-from transports.core.wire import DATA, FLAG_TAIL, UDP_PORT
+from transports.core.wire import UDP_PORT, conn_of, queues_as_data
 
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
 RX_BATCH = 64  # datagrams read per wake-up before timers are served
 MAX_INTERNAL_ERRORS = 5  # tracebacks kept of a core raising on a datagram
 
-_CONN = struct.Struct("!I")
 # Traffic class of control packets (topologies/qos.py: DSCP EF).
 _CTRL_CMSG = [(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, struct.pack("i", CTRL_TCLASS))]
-
-
-def _conn_of(view: memoryview, n: int) -> int:
-    return _CONN.unpack_from(view, 4)[0] if n >= 8 else -1
 
 
 @dataclass
@@ -89,7 +84,7 @@ class HostSockets:
         MRC's tail probes, which queue as data)."""
         for ev, data in txs:
             try:
-                if data[1] == DATA or data[3] & FLAG_TAIL:  # a tail probe queues as data
+                if queues_as_data(data):  # DATA, and tail probes: they queue behind data
                     conn.ev_socks[ev].sendto(data, conn.peer)
                     conn.sent_per_ev[ev] += 1
                 else:  # ACK, NACK, probes: the switches' priority class
@@ -110,7 +105,7 @@ class HostSockets:
             # Each datagram its own arrival time: a batch read after a pause sharing
             # one stale clock reading would shorten RTT samples.
             now = time.monotonic()
-            conn = conns.get(_conn_of(view, n))
+            conn = conns.get(conn_of(view, n))
             if conn is None:
                 unknown += 1
                 continue

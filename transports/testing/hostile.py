@@ -156,8 +156,7 @@ def datagram(kind: str, rng: random.Random, conn: int, evs: int) -> bytes:
         return bytes(buf)
     # wrong_version: another wire version (the connection id is this one's, so the
     # datagram reaches the core, which refuses it)
-    buf[4:8] = conn.to_bytes(4, "big")
-    buf[0] = rng.randrange(2, 256)
+    wire.pack_version(buf, rng.randrange(2, 256), conn)
     return bytes(buf)
 
 
