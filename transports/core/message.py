@@ -27,7 +27,7 @@ it is copied before ``place`` returns and never retained.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import Counter, deque
+from collections import Counter
 from typing import Protocol
 
 from transports.core import wire
@@ -166,17 +166,63 @@ class RecvMsg:
         return self.seen and self.nbytes == self.msg_len
 
 
+class CompletionSink(Protocol):
+    """Where a part of a core reports finished messages (``Completions``, or a list)."""
+
+    def append(self, c: Completion, /) -> None: ...
+
+
+class Completions:
+    """The messages a core finished since its owner last asked: each part of the core
+    reports to it (``append``), the core's ``completions()`` drains it."""
+
+    __slots__ = ("_done",)
+
+    def __init__(self) -> None:
+        self._done: list[Completion] = []
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    def __repr__(self) -> str:
+        return f"Completions({len(self._done)} waiting)"
+
+    def append(self, c: Completion) -> None:
+        """One more finished message."""
+        self._done.append(c)
+
+    def drain(self) -> list[Completion]:
+        """Every finished message not yet drained, oldest first."""
+        done = self._done
+        self._done = []
+        return done
+
+
 class Reassembly:
     """Receive-side placement for one core (one connection direction)."""
 
     def __init__(self, unposted_limit: int, stats: dict[str, int],
-                 completions: list[Completion]) -> None:
+                 completions: CompletionSink) -> None:
         self.unposted_limit = unposted_limit
         self.unposted_bytes = 0
         self.stats = stats
         self.out = completions
         self.msgs: dict[int, RecvMsg] = {}
         stats.setdefault("rx_data_bytes", 0)
+
+    def __len__(self) -> int:
+        return len(self.msgs)
+
+    def __contains__(self, msg: int) -> bool:
+        return msg in self.msgs
+
+    def get(self, msg: int) -> RecvMsg | None:
+        """Message ``msg`` being received (posted or not), None if none is."""
+        return self.msgs.get(msg)
+
+    def take(self, msg: int) -> RecvMsg:
+        """Stop receiving message ``msg`` (its owner completes it): its state."""
+        return self.msgs.pop(msg)
 
     def _count(self, key: str) -> None:
         self.stats[key] = self.stats.get(key, 0) + 1
@@ -263,33 +309,41 @@ class MessageCore:
     """What MRC and RC share: posting messages and admitting datagrams.
 
     Subclasses provide ``conn``, ``cfg.mtu_payload``, ``failed`` (None or the
-    error), ``out_msgs``, ``sendq``, ``reasm``, ``stats``, ``_done`` and
-    ``_pump(now, out)``.
+    error), ``reasm``, ``stats``, ``_done`` and the three methods below that
+    raise NotImplementedError here.
     """
 
     # set by the subclass's __init__ (declarations only: no class attributes)
     conn: int
     cfg: _MessageConfig
     failed: str | None
-    out_msgs: dict[int, OutMsg]
-    sendq: deque[OutMsg]
     reasm: Reassembly
     stats: Counter[str]
-    _done: list[Completion]
+    _done: Completions
 
     def _pump(self, now: float, out: list[Tx]) -> None:
         """Send what the window allows (provided by the subclass)."""
         raise NotImplementedError
 
+    def _sending(self, msg: int) -> bool:
+        """Whether message ``msg`` is being sent (provided by the subclass)."""
+        raise NotImplementedError
+
+    def _queue(self, om: OutMsg) -> None:
+        """Queue ``om`` behind the messages being sent (provided by the subclass)."""
+        raise NotImplementedError
+
+    def completions(self) -> list[Completion]:
+        """Messages finished since the last call (drained)."""
+        return self._done.drain()
+
     def post_send(self, msg: int, data: bytes | memoryview, now: float) -> list[Tx]:
         """Queue message ``msg``; returns the datagrams that may leave at once."""
-        if self.failed or msg in self.out_msgs:
+        if self.failed or self._sending(msg):
             err = self.failed or f"message {msg} is already being sent"
             self._done.append(Completion(msg, "send", False, 0, now, err))
             return []
-        om = OutMsg(msg, data, self.cfg.mtu_payload, now)
-        self.out_msgs[msg] = om
-        self.sendq.append(om)
+        self._queue(OutMsg(msg, data, self.cfg.mtu_payload, now))
         out: list[Tx] = []
         self._pump(now, out)
         return out
@@ -313,23 +367,3 @@ class MessageCore:
             self.stats["wrong_conn"] += 1
             return None
         return h
-
-
-class SentPacket:
-    """One data packet an MRC sender is responsible for (its latest transmission)."""
-
-    __slots__ = ("psn", "om", "offset", "length", "flags", "crc", "ev", "sent", "ts", "seq",
-                 "lost", "retx", "avoid", "why")
-
-    def __init__(self, psn: int, om: OutMsg, offset: int, length: int, flags: int,
-                 crc: int) -> None:
-        self.psn, self.om, self.offset, self.length = psn, om, offset, length
-        self.flags, self.crc = flags, crc
-        self.ev = -1
-        self.sent = 0.0
-        self.ts = 0  # the header's timestamp (ns): unique per transmission
-        self.seq = 0  # transmission number (global send order)
-        self.lost = False  # declared lost, waiting in the retransmit queue
-        self.retx = False  # sent more than once: which copy an ACK is for is unknown
-        self.avoid = True  # resent on another EV than its last (False: no evidence against it)
-        self.why = ""  # what declared its latest loss (a loss_* statistic's name)

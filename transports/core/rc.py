@@ -38,14 +38,13 @@ from dataclasses import dataclass
 
 from transports.core import wire
 from transports.core.api import Completion, Tx
-from transports.core.message import MessageCore, OutMsg, Reassembly
+from transports.core.message import Completions, MessageCore, OutMsg, Reassembly
 from transports.core.receiver import Receiver
 from transports.core.rto import MinRtt, RttEstimator, check_rto_config, rto_floor
 from transports.core.spurious import RetxLedger
 from transports.core.wire import (
     ACK,
     DATA,
-    FLAG_ACK_REQ,
     FLAG_LAST,
     FLAG_RETX,
     HEADER_LEN,
@@ -94,7 +93,7 @@ class RcCore(MessageCore):
         self.conn = conn
         self.cfg: RcConfig = cfg
         self.stats: Counter[str] = Counter()
-        self._done: list[Completion] = []
+        self._done = Completions()
         self.reasm = Reassembly(cfg.unposted_limit, self.stats, self._done)
         self.failed: str | None = None
         # sender
@@ -170,10 +169,9 @@ class RcCore(MessageCore):
         d = min(self.rcv.ack_at, self.rto_at)
         return None if d == INF else d
 
-    def completions(self) -> list[Completion]:
-        done = self._done[:]
-        self._done.clear()
-        return done
+    def state_sizes(self) -> dict[str, int]:
+        """How many entries each container a soak watches holds (transports/io/footprint.py)."""
+        return {"recv_msgs": len(self.reasm), "retx_ledger": len(self.ledger)}
 
     # ---- receiver (transports/core/receiver.py) ---------------------------------------------
 
@@ -190,6 +188,13 @@ class RcCore(MessageCore):
         self.rcv.on_data(h, data, now, out)
 
     # ---- sender ---------------------------------------------------------------------------
+
+    def _sending(self, msg: int) -> bool:
+        return msg in self.out_msgs
+
+    def _queue(self, om: OutMsg) -> None:
+        self.out_msgs[om.msg] = om
+        self.sendq.append(om)
 
     def _on_ack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         cum = h.psn
@@ -291,7 +296,7 @@ class RcCore(MessageCore):
             self.snd_nxt = psn + 1
         if last is not None:
             if self.snd_nxt >= self.snd_max or self.snd_nxt >= limit:
-                last[3] |= FLAG_ACK_REQ
+                wire.request_ack(last)
             if self.rto_at == INF:
                 self.rto_at = now + self._rto()
 

@@ -234,9 +234,9 @@ class Driver:
         bound under a flapping link."""
         log = self.ev_log
         for c, conn in self.conns.items():
-            paths = getattr(conn.core, "paths", None)
-            if paths is not None and paths.events:
-                changes = paths.changes()
+            drain = getattr(conn.core, "ev_changes", None)
+            changes = drain() if drain is not None else None
+            if changes:
                 self.ev_changes[c] = self.ev_changes.get(c, 0) + len(changes)
                 for t, ev, old, new in changes[:max(0, EV_LOG_MAX - len(log))]:
                     log.append([round(t - self.t0, 4), c, ev, old, new])

@@ -43,27 +43,9 @@ class RssSampler:
         os.close(self.fd)
 
 
-# The containers of a core whose size a soak watches (attribute paths; a core without
-# one is skipped): each is bounded by the core, or emptied as messages complete.
-STATE_SIZES = {"blame": ("loss", "blame"), "tail_probes": ("loss", "tail_probes"),
-               "ev_log": ("paths", "events"), "inflight": ("snd", "inflight"),
-               "out_msgs": ("snd", "out_msgs"), "recv_msgs": ("reasm", "msgs"),
-               "retx_ledger": ("ledger",), "dblp_tx": ("bsend", "tx"),
-               "dblp_rx": ("brecv", "rx"), "dblp_closed": ("brecv", "closed")}
-
-
 def state_sizes(core: object) -> dict[str, int]:
-    """How many entries each of a core's watched containers holds now."""
-    out = {}
-    for name, path in STATE_SIZES.items():
-        obj: object = core
-        for attr in path:
-            obj = getattr(obj, attr, None)
-            if obj is None:
-                break
-        if obj is not None:
-            try:
-                out[name] = len(obj)  # type: ignore[arg-type]
-            except TypeError:
-                pass
-    return out
+    """How many entries each of a core's watched containers holds now (the core's
+    ``state_sizes()``: every container it bounds, or empties as messages complete; a core
+    without one reports nothing)."""
+    sizes = getattr(core, "state_sizes", None)
+    return dict(sizes()) if sizes is not None else {}

@@ -39,13 +39,13 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypedDict, Unpack
 
 from transports.core.api import Completion, Core, Tx
-from transports.core.wire import HEADER, HEADER_LEN
+from transports.core.wire import HEADER_LEN, peek
+from transports.testing.fakeport import Port
 
 INF = float("inf")
 
@@ -124,40 +124,6 @@ class _Dir:
 
     def is_dead(self, t: float) -> bool:
         return any(a <= t < b for a, b in self.dead)
-
-
-@dataclass
-class Port:
-    """A FIFO shared by every EV of one direction (a receiver's port), tail drop."""
-
-    rate: float  # bytes/s
-    buffer: int  # bytes it holds
-    delay: float = 0.0  # after it (the last link's propagation)
-    frames: int | None = None  # datagrams it holds whatever their size (None: no limit)
-    busy_until: float = 0.0
-    dropped: int = 0  # datagrams of the connection dropped here
-    other_bytes: int = 0  # other traffic that entered ...
-    other_dropped: int = 0  # ... and the part of it dropped
-    starts: deque[float] = field(default_factory=deque)  # queued datagrams' dequeue times
-
-    def backlog(self, now: float) -> float:
-        """Bytes queued at ``now``."""
-        return max(0.0, self.busy_until - now) * self.rate
-
-    def enqueue(self, nbytes: int, now: float) -> float | None:
-        """``nbytes`` arrive at ``now``: the time they leave, None if they do not fit."""
-        if self.backlog(now) + nbytes > self.buffer:
-            return None
-        start = max(now, self.busy_until)
-        if self.frames is not None:
-            q = self.starts
-            while q and q[0] <= now:  # a datagram leaves the queue when it starts out
-                q.popleft()
-            if len(q) >= self.frames:
-                return None
-            q.append(start)
-        self.busy_until = start + nbytes / self.rate
-        return self.busy_until
 
 
 class FakeNet:
@@ -359,8 +325,8 @@ class FakeNet:
             data = bytes(data)
             size = len(data)
             if size >= HEADER_LEN:
-                f = HEADER.unpack_from(data, 0)
-                rec = Rec(now, src, dst, ev, f[1], f[2], f[4], size)
+                h = peek(data)
+                rec = Rec(now, src, dst, ev, h.kind, h.flags, h.psn, size)
             else:
                 rec = Rec(now, src, dst, ev, -1, 0, -1, size)
             self.log.append(rec)

@@ -68,10 +68,10 @@ def stalled_round(cls, seed=1):
     # seen for SLOW_RTO.
     trap = {}
 
-    def slow_rto(ev, _orig=a.loss.rto):
+    def slow_rto(ev, _orig=a.loss.timeouts.rto):
         return SLOW_RTO if ev >= 4 and "t" in trap else _orig(ev)
 
-    a.loss.rto = slow_rto
+    a.loss.timeouts.rto = slow_rto
 
     def arm():
         if a.stats["retx_parked"] and "t" not in trap:

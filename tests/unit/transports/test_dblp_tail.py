@@ -37,8 +37,8 @@ def silent_paths_round(cls, bound, seed, kill_at=0.0):
     net = FakeNet(seed)
     net.connect("a", a, "b", b, [PathSpec(delay=10e-6, jitter=1e-6)] * EVS)
     for ev in range(EVS):  # every path measured; the dead ones were slow
-        a.loss.rtt[ev].sample(SLOW if ev in DEAD else 25e-6)
-    a.loss.srtt.sample(25e-6)
+        a.loss.timeouts.rtt[ev].sample(SLOW if ev in DEAD else 25e-6)
+    a.loss.timeouts.srtt.sample(25e-6)
     for ev in DEAD:
         net.kill("a", "b", ev, kill_at)
     data = random.Random(seed).randbytes(NCHUNKS * CFG.mtu_payload)

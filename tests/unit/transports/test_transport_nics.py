@@ -53,7 +53,7 @@ def test_connection_plans_name_each_evs_nic():
     assert c["nics"] == [p.plane for p in spec.paths("h0", "h1")] == NICS
     assert len(c["nics"]) == len(c["paths"])
     core = make_core("mrc", 1, len(c["paths"]), {}, 0, c["nics"])
-    assert core.snd.nic_of == NICS
+    assert core.spray.nic_of == NICS
     assert "nics" not in conn_spec(spec, "rc", "h0", "h1", 1)
     with pytest.raises(ValueError, match="nics has 3 entries for 8 EVs"):
         MrcCore(1, 8, FAST, 0, nics=[0, 0, 1])

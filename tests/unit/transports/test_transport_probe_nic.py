@@ -81,13 +81,13 @@ def test_tail_on_a_dead_plane_is_resent_on_the_live_one(seed):
     net, a, b = _nic_pair(seed, CFG)
     for ev in range(4):
         net.kill("a", "b", ev, at=0.0)
-    a.sel = a.snd.sel = _Fixed(a.sel, 0)
+    a.spray.sel = _Fixed(a.spray.sel, 0)
     data = random.Random(seed).randbytes(1000)
     buf = bytearray(len(data))
     net.post_recv("b", 1, buf)
     net.post_send("a", 1, data)
     net.run(0.01)
-    a.sel = a.snd.sel = a.sel.inner
+    a.spray.sel = a.spray.sel.inner
     net.run(10.0, stop=lambda: bool(net.done["b"]))
     assert net.done["b"] and net.done["b"][0].ok and buf == data
     assert not a.failed and a.stats["tail_answered_around"] >= 1

@@ -91,16 +91,25 @@ class DblpCore(MrcCore):
         if not cfg.use_crc:
             raise ValueError("DBLP needs MrcConfig.use_crc=True: every chunk carries a CRC32")
         super().__init__(conn, evs, cfg, rng_seed, nics)
-        self.bsend = BoundedSender(self)
-        self.brecv = BoundedReceiver(self, linger_s)
-        self.snd.policy = self.bsend
+        self.bsend = BoundedSender(conn, cfg, self.stats, self._done, self.snd, self.flight,
+                                   self.loss)
+        self.brecv = BoundedReceiver(conn, evs, cfg, self.stats, self._done, self.rcv,
+                                     self.reasm, self.loss, linger_s)
+        self.snd.use_policy(self.bsend)
         self.policy = DblpPolicy(self.bsend, self.brecv)
+
+    def state_sizes(self) -> dict[str, int]:
+        """MRC's containers a soak watches, and DBLP's (transports/io/footprint.py)."""
+        sizes = super().state_sizes()
+        sizes.update(self.bsend.state_sizes())
+        sizes.update(self.brecv.state_sizes())
+        return sizes
 
     def post_send(self, msg: int, data: bytes | memoryview, now: float,
                   bound: LossBound | None = None) -> list[Tx]:
         """Queue message ``msg`` with loss bound ``bound`` (None: reliable)."""
         _check_bound(bound)
-        if self.failed or msg in self.out_msgs:
+        if self.failed or self._sending(msg):
             return super().post_send(msg, data, now)  # MRC's failure completions
         om = OutMsg(msg, data, self.cfg.mtu_payload, now)
         if not self.bsend.post(om, now, bound):

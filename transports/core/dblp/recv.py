@@ -1,6 +1,6 @@
 """DBLP's receiving side: when a bounded round may close, and the STOP that ends it.
 
-``BoundedReceiver`` is the receiver part of the DBLP policy (transports/core/dblp/connection.py).
+``BoundedReceiver`` is the receiver part of the DBLP policy (connection.py).
 A bounded message (posted with a non-reliable ``LossBound``) completes (ok=True) as
 soon as ``needed`` of its chunks are placed and the sender's first pass is over (its
 FLAG_LAST chunk placed), or ``linger`` after it had them (until the first pass should
@@ -28,12 +28,14 @@ from typing import TYPE_CHECKING
 
 from transports.core import wire
 from transports.core.api import Completion, Tx
-from transports.core.message import npackets
+from transports.core.message import CompletionSink, Reassembly, npackets
+from transports.core.mrc.config import MrcConfig
+from transports.core.receiver import Receiver
 from transports.core.wire import ACK, FLAG_LAST, FLAG_STOP, HEADER_LEN, pack_header
 
 if TYPE_CHECKING:
     from transports.core.bound import LossBound
-    from transports.core.mrc import MrcCore
+    from transports.core.mrc.lossdetect import LossDetector
 
 INF = float("inf")
 MAX_CHUNKS = 8 * wire.MAX_PAYLOAD  # the STOP bitmap is one datagram
@@ -66,15 +68,15 @@ class _Closed:
 
 
 class BoundedReceiver:
-    """The receiving half of DBLP over one MRC core's receiver."""
+    """The receiving half of DBLP over one MRC core's receiver ``rcv`` and placement
+    ``reasm`` (connection ``conn`` over ``evs`` EVs; ``loss``: the core's loss detector,
+    whose RTO times lingers and STOP resends; finished messages go to ``done``)."""
 
-    def __init__(self, core: MrcCore, linger_s: float | None) -> None:
-        self.core = core
-        self.cfg = core.cfg
-        self.stats: Counter[str] = core.stats
-        self.done = core._done
-        self.rcv = core.rcv
-        self.reasm = core.reasm
+    def __init__(self, conn: int, evs: int, cfg: MrcConfig, stats: Counter[str],
+                 done: CompletionSink, rcv: Receiver, reasm: Reassembly, loss: LossDetector,
+                 linger_s: float | None) -> None:
+        self.conn, self.evs, self.cfg, self.stats, self.done = conn, evs, cfg, stats, done
+        self.rcv, self.reasm, self.loss = rcv, reasm, loss
         self.linger_s = linger_s
         self.rx: dict[int, _Rx] = {}
         self.rx_chunks: dict[int, set[int]] = {}
@@ -84,19 +86,22 @@ class BoundedReceiver:
     def __repr__(self) -> str:
         return f"BoundedReceiver(open={sorted(self.rx)}, closed={sorted(self.closed)})"
 
+    def state_sizes(self) -> dict[str, int]:
+        """Its containers a soak watches (transports/io/footprint.py)."""
+        return {"dblp_rx": len(self.rx), "dblp_closed": len(self.closed)}
+
     def post(self, msg: int, buf: bytearray | memoryview, now: float,
              bound: LossBound | None) -> list[Tx]:
         """``post_recv`` with a bound: MRC's placement, plus the round's close rule."""
-        core = self.core
         nchunks = npackets(memoryview(buf).nbytes, self.cfg.mtu_payload)
         if bound is not None and not bound.reliable and nchunks > MAX_CHUNKS:
             self.done.append(Completion(msg, "recv", False, 0, now,
                                         f"a bounded message has at most {MAX_CHUNKS} chunks, "
                                         f"not {nchunks}"))
             return []
-        before = self.reasm.msgs.get(msg)
-        core.reasm.post(msg, buf, now)
-        m = self.reasm.msgs.get(msg)
+        before = self.reasm.get(msg)
+        self.reasm.post(msg, buf, now)
+        m = self.reasm.get(msg)
         out: list[Tx] = []
         if m is None:  # completed at once (all data was there) or refused
             self.rx_chunks.pop(msg, None)
@@ -131,7 +136,7 @@ class BoundedReceiver:
             return
         if not self.rcv.on_data(h, data, now, out):
             return
-        if msg not in self.reasm.msgs:  # completed (every byte): reliable completion
+        if msg not in self.reasm:  # completed (every byte): reliable completion
             self.rx_chunks.pop(msg, None)
             self.rx_last.discard(msg)
             self.rx.pop(msg, None)
@@ -163,14 +168,14 @@ class BoundedReceiver:
                 n = len(self.rx_chunks[msg])
                 end = r.first_at + (now - r.first_at) * r.nchunks / n if r.first_at < now \
                     else INF  # (chunks placed before post_recv: no rate to go by)
-                r.linger_at = min(now + self.core.loss.rto_any(), end)
+                r.linger_at = min(now + self.loss.timeouts.rto_any(), end)
                 if r.linger_at <= now:
                     self._close(msg, now, False, out)
 
     def _close(self, msg: int, now: float, deadline: bool, out: list[Tx]) -> None:
         """Complete bounded message ``msg`` with what it has; STOP the sender."""
         r = self.rx.pop(msg)
-        m = self.reasm.msgs.pop(msg)
+        m = self.reasm.take(msg)
         chunks = self.rx_chunks.pop(msg, set())
         self.rx_last.discard(msg)
         nch = r.nchunks
@@ -184,7 +189,7 @@ class BoundedReceiver:
         for i in chunks:
             bitmap[i >> 3] |= 1 << (i & 7)
         cl = _Closed(msg, m.msg_len, bytes(bitmap), deadline, now)
-        cl.backoff = self.core.loss.rto_any()
+        cl.backoff = self.loss.timeouts.rto_any()
         self.closed[msg] = cl
         self._send_stop(cl, now, out, timer=False)
 
@@ -195,10 +200,10 @@ class BoundedReceiver:
         cl.tries += 1
         cl.resend_at = now + cl.backoff
         if ev is None:  # another path on each retry
-            ev = (self.rcv.last_ev + cl.tries - 1) % self.core.evs
+            ev = (self.rcv.last_ev + cl.tries - 1) % self.evs
         payload = cl.bitmap
         buf = bytearray(HEADER_LEN + len(payload))
-        pack_header(buf, ACK, FLAG_STOP, self.core.conn, 0, cl.msg, int(cl.deadline),
+        pack_header(buf, ACK, FLAG_STOP, self.conn, 0, cl.msg, int(cl.deadline),
                     cl.msg_len, ev, len(payload), _ns(now))
         buf[HEADER_LEN:] = payload
         self.stats["tx_stop"] += 1

@@ -36,13 +36,16 @@ from typing import TYPE_CHECKING
 
 from transports.core import wire
 from transports.core.api import Completion, Tx
-from transports.core.message import OutMsg, SentPacket
+from transports.core.message import CompletionSink, OutMsg
+from transports.core.mrc.config import MrcConfig
+from transports.core.mrc.flight import Flight, SentPacket
 from transports.core.mrc.pathsel import NACK
 from transports.core.wire import ACK, FLAG_STOP_OK, HEADER_LEN, pack_header
 
 if TYPE_CHECKING:
     from transports.core.bound import LossBound
-    from transports.core.mrc import MrcCore
+    from transports.core.mrc.lossdetect import LossDetector
+    from transports.core.mrc.sender import Sender
 
 INF = float("inf")
 MAX_EARLY_STOPS = 256  # STOPs for messages not posted yet (a deadline before any chunk)
@@ -74,15 +77,13 @@ class _Tx:
 
 
 class BoundedSender:
-    """The sending half of DBLP over one MRC core's sender."""
+    """The sending half of DBLP over one MRC core's sender ``snd``, its ``flight`` and its
+    loss detector ``loss`` (connection ``conn``; finished messages go to ``done``)."""
 
-    def __init__(self, core: MrcCore) -> None:
-        self.core = core
-        self.cfg = core.cfg
-        self.stats: Counter[str] = core.stats
-        self.done = core._done
-        self.snd = core.snd
-        self.loss = core.loss
+    def __init__(self, conn: int, cfg: MrcConfig, stats: Counter[str], done: CompletionSink,
+                 snd: Sender, flight: Flight, loss: LossDetector) -> None:
+        self.conn, self.cfg, self.stats, self.done = conn, cfg, stats, done
+        self.snd, self.flight, self.loss = snd, flight, loss
         self.tx: dict[int, _Tx] = {}
         self.stopped: dict[int, tuple[int, int, int]] = {}  # msg -> (psn lo, hi, len)
         self.early: dict[int, int] = {}  # msg -> length: STOPs before the message was posted
@@ -97,6 +98,10 @@ class BoundedSender:
 
     def __repr__(self) -> str:
         return f"BoundedSender(sending={sorted(self.tx)}, bq={len(self.bq)})"
+
+    def state_sizes(self) -> dict[str, int]:
+        """Its containers a soak watches (transports/io/footprint.py)."""
+        return {"dblp_tx": len(self.tx)}
 
     def post(self, om: OutMsg, now: float, bound: LossBound | None) -> bool:
         """Register message ``om``; False if it completed at once (the receiver closed
@@ -120,8 +125,8 @@ class BoundedSender:
         """[acked, in flight + not yet sent] of a message (cached for one pump)."""
         c = self._need_cache.get(st.om.msg)
         if c is None:
-            inflight = self.snd.inflight
-            out = sum(1 for p in st.pkts if not p.lost and inflight.get(p.psn) is p)
+            get = self.flight.get
+            out = sum(1 for p in st.pkts if not p.lost and get(p.psn) is p)
             c = [st.om.acked, out + st.om.npkts - len(st.pkts)]
             self._need_cache[st.om.msg] = c
         return c
@@ -137,7 +142,7 @@ class BoundedSender:
         st.parked.append(p.psn)
         self.stats["retx_parked"] += 1
         if st.park_check == INF:
-            st.park_check = self._pump_now + self.loss.rto_any()
+            st.park_check = self._pump_now + self.loss.timeouts.rto_any()
             st.park_acked = st.om.acked
         return False
 
@@ -145,16 +150,13 @@ class BoundedSender:
         """Bring parked chunks back if the bound needs them."""
         self._pump_now = now
         self._need_cache.clear()
-        inflight, retxq = self.snd.inflight, self.snd.retxq
+        requeue_front = self.flight.requeue_front
         for st in self.tx.values():
             if st.parked:
                 acked, flying = self._need(st)
                 k = st.needed - acked - flying
                 while k > 0 and st.parked:
-                    psn = st.parked.pop()
-                    p = inflight.get(psn)
-                    if p is not None and p.lost:
-                        retxq.appendleft(psn)
+                    if requeue_front(st.parked.pop()):
                         k -= 1
 
     def on_transmit(self, p: SentPacket, first: bool) -> None:
@@ -184,14 +186,14 @@ class BoundedSender:
 
     def _pto(self) -> float:
         cfg = self.cfg
-        ref = max(self.rack_rtt, self.loss.srtt.srtt) or cfg.rto_init
+        ref = max(self.rack_rtt, self.loss.timeouts.srtt.srtt) or cfg.rto_init
         reo = max(cfg.reorder_min, cfg.reorder_frac * self.rack_rtt)
         return min(cfg.rto_max, (2 * ref + reo) * (1 << self.tail_backoff))
 
     def _tail_deadline(self) -> float:
         """Nothing acked for a PTO (2 healthy RTTs, doubling while nothing is acked) after
         the oldest bounded chunk out was sent: the ones older than a PTO are lost."""
-        p = self.loss.live_head(self.bq)
+        p = self.flight.live_head(self.bq)
         if p is None:
             return INF
         return max(p.sent, self.tail_progress) + self._pto()
@@ -199,7 +201,7 @@ class BoundedSender:
     def _tail_fire(self, now: float) -> None:
         lim = now - self._pto()
         self.tail_backoff += 1
-        while (p := self.loss.live_head(self.bq)) is not None and p.sent <= lim:
+        while (p := self.flight.live_head(self.bq)) is not None and p.sent <= lim:
             self.bq.popleft()
             self.loss.lose(p, now, NACK, "loss_dblp_tail")
         self.stats["dblp_tail_fired"] += 1
@@ -209,25 +211,22 @@ class BoundedSender:
         if self._tail_deadline() <= now:
             self._tail_fire(now)
         stalled = False
-        inflight, retxq = self.snd.inflight, self.snd.retxq
+        requeue_front = self.flight.requeue_front
         for st in self.tx.values():
             if st.park_check > now:
                 continue
             if st.parked and st.om.acked == st.park_acked:  # no progress for an RTO
                 self.stats["retx_unparked_stall"] += len(st.parked)
                 while st.parked:
-                    psn = st.parked.pop()
-                    p = inflight.get(psn)
-                    if p is not None and p.lost:
-                        retxq.appendleft(psn)
+                    requeue_front(st.parked.pop())
                 st.park_check = INF
                 st.force = True
                 stalled = True
             elif st.parked:
-                st.park_check, st.park_acked = now + self.loss.rto_any(), st.om.acked
+                st.park_check, st.park_acked = now + self.loss.timeouts.rto_any(), st.om.acked
             else:
                 st.park_check = INF
-        return stalled or bool(retxq)
+        return stalled or self.flight.waiting()
 
     def next_deadline(self) -> float:
         e = min((st.park_check for st in self.tx.values()), default=INF)
@@ -237,7 +236,7 @@ class BoundedSender:
 
     def _stop_ok(self, msg: int, lo: int, hi: int, msg_len: int, ev: int, now: float) -> Tx:
         buf = bytearray(HEADER_LEN)
-        pack_header(buf, ACK, FLAG_STOP_OK, self.core.conn, lo, msg, hi, msg_len, ev, 0,
+        pack_header(buf, ACK, FLAG_STOP_OK, self.conn, lo, msg, hi, msg_len, ev, 0,
                     _ns(now))
         return (ev, buf)
 
@@ -266,11 +265,8 @@ class BoundedSender:
         bitmap = memoryview(data)[HEADER_LEN:HEADER_LEN + h.length]
         snd = self.snd
         for p in st.pkts:  # forget every chunk still out (delivered or not)
-            snd.forget(p)
-        if om in snd.sendq:
-            snd.sendq.remove(om)
-        om.done = True
-        del snd.out_msgs[msg]
+            self.flight.forget(p)
+        snd.stop(om)
         del self.tx[msg]
         lo = st.pkts[0].psn if st.pkts else 0
         hi = lo + len(st.pkts)

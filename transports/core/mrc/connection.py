@@ -1,14 +1,24 @@
 """MRC: a multipath reliable connection core (sans-I/O), sender and receiver in one object.
 
-The core is made of parts with one job each: the ``Sender`` (transports/core/mrc/sender.py:
-PSNs, packets in flight, spraying, the window), the ``LossDetector``
-(transports/core/mrc/lossdetect.py: rules A/B/C, blame, undo, the retry budget), the
-``EvTable`` (transports/core/mrc/evtable.py: per-EV states as one explicit transition table,
-probes), the ``Receiver`` (transports/core/receiver.py, shared with RC: PSN state, SACK,
-ACK coalescing) and the NSCC window (transports/core/cc.py). ``MrcCore`` routes datagrams
-and timers to them. A ``CorePolicy`` (DBLP's bounded loss, transports/core/dblp/) may be
-plugged in: it sees DATA before placement, STOP/STOP_OK control ACKs, timers and
-deadlines, and its send half decides what is retransmitted.
+The core is made of parts with one job each, every one an object with its own state,
+reached only through its methods (files in transports/core/mrc/ unless said):
+
+- ``Flight`` (flight.py): the packets the sender owns, the retransmission queue, the
+  numbering of transmissions;
+- ``Sender`` (sender.py): messages, PSNs, transmissions, acknowledgements, the window;
+- ``Spray`` (spray.py): the EV of each transmission (a path selector, pathsel.py);
+- ``EvTable`` (evtable.py): per-EV states as one explicit transition table, probes;
+- ``LossDetector`` (lossdetect.py): rules A/B/C, blame, undo, the retry budget, with
+  its own parts (evidence.py, timeouts.py, probes.py, blame.py);
+- ``Receiver`` (transports/core/receiver.py, shared with RC): PSN state, SACK, ACK
+  coalescing; ``Reassembly`` (transports/core/message.py): placement;
+- ``Nscc`` (transports/core/cc.py): the window; ``RetxLedger``
+  (transports/core/spurious.py): spurious retransmissions.
+
+``MrcCore`` builds them and routes datagrams and timers to them. A ``CorePolicy``
+(DBLP's bounded loss, transports/core/dblp/) may be plugged in: it sees DATA before
+placement, STOP/STOP_OK control ACKs, timers and deadlines, and its send half decides
+what is retransmitted.
 
 ``MrcCore(conn, evs, config, rng_seed)`` is one end of a connection whose peer
 is reached over ``evs`` paths (EVs ``0..evs-1``). Both ends use the same ``conn``
@@ -30,7 +40,7 @@ they are coalesced, but sent at once for FLAG_ACK_REQ, a gap and a duplicate.
 on**: the driver must map EV i to the same path (plane, spines) in both
 directions, so that a probe answered proves the path round trip.
 
-Loss detection, blame and timeouts (transports/core/mrc/lossdetect.py): A (a later packet on
+Loss detection, blame and timeouts (lossdetect.py): A (a later packet on
 the same EV acknowledged), B (``dupthresh`` later transmissions on the same plane
 acknowledged, with RACK timing; or any later one, on a reorder timer; on another
 plane's evidence only, a plane probe behind the packet on its EV), C (per-packet RTO,
@@ -38,14 +48,14 @@ with a floor in RTTs). A loss is blamed on its EV (which is retired) only when a
 sent after it got through; an RTO without that evidence is *silent*: nothing is
 resent yet, a tail probe (a PROBE with FLAG_TAIL, queued as data) goes after the
 packet on its own EV (so through the
-same FIFOs; a second copy on another EV: transports/core/mrc/lossdetect.py), and its answer,
+same FIFOs; a second copy on another EV: probes.py), and its answer,
 a full ACK, tells whether the packet got through (then nothing is resent) or not
 (then it is lost: the probe is the transmission after it that got through).
 The same probes go out two smoothed RTTs after the last activity, before any RTO
 (a probe timeout, RFC 8985's PTO; ``pto``), striking nothing.
 Spurious retransmissions are counted and a wrong blame is undone (Eifel-style).
 
-Per-EV states (transports/core/mrc/evtable.py): GOOD (carries data), ASSUMED_BAD (retired
+Per-EV states (evtable.py): GOOD (carries data), ASSUMED_BAD (retired
 after a loss blamed on it; probed with PROBE packets, ``probe_min``..``probe_max``
 with doubling backoff, re-admitted when a PROBE_ACK answers or a loss is undone),
 DENIED (``deny(ev)``, by a controller; ``allow(ev)`` makes it ASSUMED_BAD and
@@ -71,20 +81,21 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from transports.core import wire
-from transports.core.api import Completion, Tx
-from transports.core.cc import Nscc, NsccConfig
-from transports.core.message import MessageCore, Reassembly
-from transports.core.mrc.evtable import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, EvTable  # noqa: F401
+from transports.core.api import Tx
+from transports.core.cc import Nscc
+from transports.core.message import Completions, MessageCore, OutMsg, Reassembly
+from transports.core.mrc.config import MrcConfig
+from transports.core.mrc.evtable import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, EvTable
+from transports.core.mrc.flight import Flight, SentPacket
 from transports.core.mrc.lossdetect import LossDetector
 from transports.core.mrc.pathsel import NACK, make_selector
 from transports.core.mrc.sender import Sender
+from transports.core.mrc.spray import Spray
 from transports.core.receiver import Receiver
-from transports.core.rto import check_rto_config
 from transports.core.spurious import RetxLedger
 from transports.core.wire import (
     ACK,
@@ -100,52 +111,9 @@ from transports.core.wire import (
     pack_header,
 )
 
+__all__ = ["EV_ASSUMED_BAD", "EV_DENIED", "EV_GOOD", "INF", "CorePolicy", "MrcConfig", "MrcCore"]
+
 INF = float("inf")
-
-
-@dataclass(frozen=True)
-class MrcConfig:
-    """MRC knobs (times in seconds, sizes in bytes). Unknown keys are errors (dataclass)."""
-
-    mtu_payload: int = 8000
-    selector: str = "oblivious"  # "oblivious", "bitmap", "reps" (mrc/pathsel.py)
-    ev_min_active: int = 2
-    ack_every: int = 4
-    ack_delay: float = 50e-6
-    max_sack_blocks: int = 32
-    rto_init: float = 10e-3  # before any RTT sample
-    rto_min: float = 250e-6  # the RTO floor's absolute part: timer granularity, ACK delay
-    rto_min_rtts: float = 4.0  # ... and its part in minimum RTTs (transports/core/rto.py)
-    rto_max: float = 0.25
-    max_retries: int = 7  # RTO rounds without progress before the connection fails ...
-    give_up_s: float = 10.0  # ... and the least time since the first of them (as RC's)
-    reorder_frac: float = 0.25
-    reorder_min: float = 5e-6
-    dupthresh: int = 3  # rule B on an ACK: this many later transmissions acknowledged
-    probe_min: float = 1e-3
-    probe_max: float = 0.1
-    pto: bool = True  # tail probes two smoothed RTTs after the last activity (lossdetect.py)
-    reorder_timer: bool = True  # rule B on a timer too, without dupthresh (lossdetect.py)
-    window_pkts: int = 4096  # PSNs outstanding (sender) and accepted beyond rcv_nxt
-    unposted_limit: int = 64 << 20
-    use_crc: bool = True
-    nscc: NsccConfig = field(default_factory=NsccConfig)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.nscc, dict):  # from JSON plans
-            object.__setattr__(self, "nscc", NsccConfig(**self.nscc))
-        if not 0 < self.mtu_payload <= wire.MAX_PAYLOAD:
-            raise ValueError(f"mtu_payload must be in 1..{wire.MAX_PAYLOAD}")
-        if self.ack_every < 1 or self.max_sack_blocks < 1 or self.window_pkts < 1:
-            raise ValueError("ack_every, max_sack_blocks and window_pkts must be >= 1")
-        if self.ev_min_active < 1 or self.max_retries < 0 or self.dupthresh < 1:
-            raise ValueError("ev_min_active >= 1, max_retries >= 0, dupthresh >= 1")
-        check_rto_config("MrcConfig", self.rto_init, self.rto_min, self.rto_min_rtts,
-                         self.rto_max)
-        if not self.give_up_s >= 0:
-            raise ValueError(f"MrcConfig.give_up_s={self.give_up_s!r} must be >= 0 seconds")
-        if not 0 < self.probe_min <= self.probe_max:
-            raise ValueError("need 0 < probe_min <= probe_max")
 
 
 class CorePolicy(Protocol):
@@ -182,32 +150,30 @@ class MrcCore(MessageCore):
         self.conn = conn
         self.evs = evs
         self.cfg: MrcConfig = cfg
-        self.rng = random.Random(rng_seed)
+        self.rng = random.Random(rng_seed)  # the selector's shuffles and the RTOs' jitter
         self.stats: Counter[str] = Counter()
-        self._done: list[Completion] = []
+        self._done = Completions()
         self.failed: str | None = None
         self.policy: CorePolicy | None = None
         self.reasm = Reassembly(cfg.unposted_limit, self.stats, self._done)
         self.cc = Nscc(cfg.nscc, cfg.mtu_payload + HEADER_LEN)
-        self.sel = make_selector(cfg.selector, evs, self.rng, nics)
+        sel = make_selector(cfg.selector, evs, self.rng, nics)
         self.paths = EvTable(evs, cfg.ev_min_active, cfg.probe_min, cfg.probe_max,
-                             self.stats, self.sel.set_active)
-        self.state = self.paths.state  # (the same list)
+                             self.stats, sel.set_active)
+        self.spray = Spray(sel, self.paths, nics)
         # spurious retransmissions and the decisions they undo (Eifel-style)
         self.ledger = RetxLedger(max(1.0, 2 * cfg.rto_max))
-        self.snd = Sender(conn, cfg, self.stats, self._done, self.cc, self.sel, self.paths,
-                          self.ledger, nics)
-        self.loss = LossDetector(conn, cfg, self.stats, self.snd, self.paths, self.cc,
-                                 self.sel, self.ledger, self.rng)
-        self.snd.loss = self.loss
+        self.flight = Flight()
+        self.loss = LossDetector(conn, cfg, self.stats, self.flight, self.spray, self.paths,
+                                 self.cc, self.ledger, nics, self.rng)
+        self.snd = Sender(conn, cfg, self.stats, self._done, self.cc, self.spray, self.paths,
+                          self.flight, self.ledger, self.loss)
         self.rcv = Receiver(conn, cfg, self.reasm, self.stats)
-        # what MessageCore.post_send queues into (the sender's, never rebound)
-        self.out_msgs, self.sendq = self.snd.out_msgs, self.snd.sendq
         self.max_sack_len = cfg.max_sack_blocks * SACK_BLOCK.size
 
     def __repr__(self) -> str:
         return (f"MrcCore(conn={self.conn}, evs={self.evs}, active={len(self.paths.active)}, "
-                f"inflight={len(self.snd.inflight)}, cwnd={self.cc.cwnd:.0f})")
+                f"inflight={len(self.flight)}, cwnd={self.cc.cwnd:.0f})")
 
     # ---- the Core interface -------------------------------------------------------------
 
@@ -254,36 +220,34 @@ class MrcCore(MessageCore):
         if error is not None:
             self._fail(now, f"{error} ({self._state()})")
             return out
-        if self.loss.tail_due:
-            self.loss.send_tail_probes(now, out)
-        if self.loss.plane_probe_due:
-            self.loss.send_plane_probes(now, out)
+        self.loss.send_probes(now, out)
         self._send_probes(now, out)
         self._pump(now, out)
         return out
 
     def next_deadline(self) -> float | None:
-        d = min(self.rcv.ack_at, self.loss.next_rto())
-        if self.paths.bad:
-            d = min(d, self.paths.next_probe())
+        d = min(self.rcv.ack_at, self.loss.next_rto(), self.paths.next_probe())
         if self.policy is not None:
             d = min(d, self.policy.next_deadline())
         return None if d == INF else d
-
-    def completions(self) -> list[Completion]:
-        done = self._done[:]
-        self._done.clear()
-        return done
 
     def rto_floor(self) -> float:
         """The RTO floor: ``max(rto_min, rto_min_rtts * base RTT) + host delay``
         (transports/core/rto.py), the base RTT being NSCC's (the smallest EV's windowed
         minimum)."""
-        return self.loss.floor
+        return self.loss.timeouts.floor
 
     def set_host_delay(self, delay: float) -> None:
         """The I/O loop's measured scheduling delay (transports/core/rto.py ``HostDelay``)."""
         self.loss.set_host_delay(delay)
+
+    def state_sizes(self) -> dict[str, int]:
+        """How many entries each container a soak watches holds (transports/io/footprint.py):
+        each is bounded by the core, or emptied as messages complete."""
+        sizes = self.loss.state_sizes()
+        sizes.update(ev_log=len(self.paths), inflight=len(self.flight), out_msgs=len(self.snd),
+                     recv_msgs=len(self.reasm), retx_ledger=len(self.ledger))
+        return sizes
 
     # ---- controller API -----------------------------------------------------------------
 
@@ -293,10 +257,15 @@ class MrcCore(MessageCore):
 
     def allow(self, ev: int, now: float = 0.0) -> None:
         """Undo ``deny``: the EV is probed at once and carries data once a probe returns."""
-        self.paths.allow(ev, now, self.loss.rto(ev))
+        self.paths.allow(ev, now, self.loss.timeouts.rto(ev))
 
     def ev_state(self, ev: int) -> str:
-        return self.state[ev]
+        return self.paths.state_of(ev)
+
+    @property
+    def state(self) -> list[str]:
+        """Every EV's state, EV order (a snapshot)."""
+        return [self.paths.state_of(ev) for ev in range(self.evs)]
 
     def ev_changes(self) -> list[tuple[float, int, str, str]]:
         """(t, ev, old, new) state changes since the last call (drained)."""
@@ -313,17 +282,26 @@ class MrcCore(MessageCore):
         return self.snd.snd_nxt
 
     @property
-    def inflight(self) -> dict:
-        return self.snd.inflight
+    def inflight(self) -> Mapping[int, SentPacket]:
+        """The packets the sender owns, by PSN (a read-only view)."""
+        return self.flight.packets
 
     @property
     def bytes_in_flight(self) -> int:
-        return self.snd.bytes_in_flight
+        return self.flight.bytes_in_flight
 
     @property
     def ev_tx(self) -> list[int]:
         """Data packets sent per EV."""
         return self.snd.ev_tx
+
+    # ---- messages (MessageCore) ---------------------------------------------------------------
+
+    def _sending(self, msg: int) -> bool:
+        return self.snd.sending(msg)
+
+    def _queue(self, om: OutMsg) -> None:
+        self.snd.post(om)
 
     # ---- acknowledgements -----------------------------------------------------------------
 
@@ -349,12 +327,12 @@ class MrcCore(MessageCore):
             return
         self.stats["rx_ack"] += 1
         ev, ts_echo = h.ev, h.ts_echo
-        inflight = snd.inflight
-        # the transmissions of retransmitted packets this ACK may name (transports/core/spurious.py)
+        get = self.flight.get
+        # the transmissions of retransmitted packets this ACK may name (core/spurious.py)
         psns = self.ledger.get(ts_echo, ev) if ts_echo else ()
-        named = [(psn, inflight.get(psn)) for psn in psns] if psns else None
+        named = [(psn, get(psn)) for psn in psns] if psns else None
         # an ACK back on a retired EV may prove a loss that retired it wrong (undo)
-        proof: list[int] | None = [] if self.state[ev] == EV_ASSUMED_BAD else None
+        proof: list[int] | None = [] if self.paths.state_of(ev) == EV_ASSUMED_BAD else None
         newly, touched, acked = snd.ack(cum, blocks, now, proof)
         for psn in acked:  # when the receiver first acknowledged them (its clock)
             self.ledger.acked(psn, h.ts)
@@ -384,23 +362,21 @@ class MrcCore(MessageCore):
             # the selector's congestion signal: above the EV's base plus the delay target
             # *and* worse than the EVs on average (a uniformly loaded fabric should not
             # penalise anyone)
-            srtt = loss.srtt
-            snd.congested[ev] = rtt > max(self.cc.rtt_ref(ev), srtt.srtt + srtt.rttvar)
+            srtt = loss.timeouts.srtt
+            self.spray.set_congested(ev, rtt > max(self.cc.rtt_ref(ev), srtt.srtt + srtt.rttvar))
         if touched or tail:
-            loss.detect(now, touched)
-            if loss.plane_probe_due:
-                loss.send_plane_probes(now, out)
+            loss.detect(now, touched, out)
         self._pump(now, out)
 
     def _on_nack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         """A trimmed packet: retransmit it without blaming its path."""
-        p = self.snd.inflight.get(h.psn)
+        p = self.flight.get(h.psn)
         if p is None or p.lost or p.ev != h.ev:
             self.stats["nack_unknown"] += 1
             return
         self.stats["rx_trim_nack"] += 1
-        self.snd.requeue(p, "rx_trim_nack")
-        self.sel.feedback(p.ev, NACK)
+        self.flight.requeue(p, "rx_trim_nack")
+        self.spray.feedback(p.ev, NACK)
         self._pump(now, out)
 
     # ---- per-EV probes (transports/core/mrc/evtable.py) -----------------------------------
@@ -419,7 +395,7 @@ class MrcCore(MessageCore):
             return
         r = now - h.ts_echo * 1e-9
         if 0 < r < 60.0:
-            self.loss.rtt[ev].sample(r)
+            self.loss.timeouts.sample_ev(ev, r)
         self.paths.readmit(ev, now)
         self.cc.forget(ev)  # it may be another route now (longer or shorter): learn it again
         self.loss.new_floor()

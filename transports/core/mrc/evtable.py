@@ -84,11 +84,13 @@ class EvTable:
         self.probe_min, self.probe_max = probe_min, probe_max
         self.stats = stats
         self.on_active = on_active
-        # Owners alias this list (MrcCore.state): it is mutated in place, never replaced.
+        # Its own: other parts ask ``state_of``, ``is_good``, ``retired_at``.
         self.state = [EV_GOOD] * evs
         self.failed_at = [-INF] * evs  # when each was last retired
         self.bad: set[int] = set()  # probed: the ASSUMED_BAD EVs (empty after clear())
-        self.active: list[int] = list(range(evs))  # GOOD
+        # The GOOD EVs, ascending: a new list after every change, never changed in place,
+        # so a reader may keep one as a snapshot.
+        self.active: list[int] = list(range(evs))
         self.probe_at = [INF] * evs
         self.probe_backoff = [probe_min] * evs
         self.probe_seq = [0] * evs
@@ -97,6 +99,24 @@ class EvTable:
 
     def __repr__(self) -> str:
         return f"EvTable(active={self.active}, bad={sorted(self.bad)})"
+
+    def __len__(self) -> int:
+        """EV state changes kept until ``changes()`` drains them."""
+        return len(self.events)
+
+    # ---- queries --------------------------------------------------------------------------
+
+    def state_of(self, ev: int) -> str:
+        """``ev``'s state: EV_GOOD, EV_ASSUMED_BAD or EV_DENIED."""
+        return self.state[ev]
+
+    def is_good(self, ev: int) -> bool:
+        """Whether ``ev`` carries data."""
+        return self.state[ev] == EV_GOOD
+
+    def retired_at(self, ev: int) -> float:
+        """When ``ev`` was last retired (-inf: never)."""
+        return self.failed_at[ev]
 
     # ---- events ---------------------------------------------------------------------------
 
