@@ -12,9 +12,11 @@ plan; the driver sets up, says ``ready``, reads the ``start`` record (the
 CLOCK_MONOTONIC instant at which all drivers post their sends) and ends with one
 ``result`` record on stdout.
 
-This module is the event loop (:class:`Driver`) and the process's entry point; the
-parts it runs, each in a module of its own:
+This module is the process's entry point and what it does with the plan
+(:class:`Driver`); the parts it runs, each in a module of its own:
 
+* transports/io/loop.py: the event loop (shared with the in-process engine,
+  transports/io/endpoint.py);
 * transports/io/sockets.py: the host's sockets (one receive socket on the
   transport port; for MRC one send socket per distinct path, carrying its SRH; for RC
   one with a fixed source port) and the per-datagram hot path;
@@ -45,13 +47,13 @@ from __future__ import annotations
 import json
 import os
 import resource
-import select
 import sys
 import time
 
 from emu import childproto
 from transports.core.api import Completion
 from transports.io.footprint import RssSampler, state_sizes
+from transports.io.loop import EventLoop
 from transports.io.sockets import Conn, HostSockets
 from transports.io.streams import RecvStream, SendStream, bound_arg, prefault
 from transports.plan import AfterGate, make_core, message_bytes, placed_exactly
@@ -62,18 +64,16 @@ SENT = "sent"  # the record a driver writes once all its send streams are done
 
 
 class Driver:
-    """Event loop: receive socket, per-EV send sockets, core timers."""
+    """One host's plan run on the event loop (transports/io/loop.py): its messages and
+    streams posted, their completions checked, the result record built."""
 
     def __init__(self, plan: dict) -> None:
         self.plan = plan
         self.addr = plan["addr"]
         self.transport = plan["transport"]
         self.socks = HostSockets()
-        self.rx = self.socks.rx
         self.conns: dict[int, Conn] = {}
-        self.malformed_conn = 0
         self.verify_cpu_s = 0.0  # CPU spent checking received bytes (not the transport's)
-        self.wakeups = 0
         for c in plan["conns"]:
             core = make_core(self.transport, c["conn"], len(c.get("paths") or [[]]),
                              plan.get("config", {}), plan.get("seed", 0) * 1000 + c["conn"],
@@ -145,46 +145,38 @@ class Driver:
         done: list[dict] = []
         timeline: list[tuple[float, int]] = []  # (t, bytes placed so far) for goodput
         placed = 0
-        next_sample = t0
-        timeline_s = self.plan.get("timeline_s", TIMELINE_S)
-        rx = self.rx
-        # Receive streams end when the parent closes stdin: watched with the socket.
-        stdin = sys.stdin.fileno() if recvs else -1
-        rlist: list = [rx, stdin] if recvs else [rx]
-        while ((pending or sending or (recvs and not self.stopping))
-               and time.monotonic() < deadline):
-            now = time.monotonic()
-            wake = self.socks.next_wake(self.conns, now + 0.05)
-            ready, _, _ = select.select(rlist, [], [], max(0.0, min(wake, deadline) - now))
-            self.wakeups += 1
+
+        def completed(conn: Conn, comp: Completion) -> None:
+            nonlocal pending, placed
+            if self.streams:
+                stream = self.streams.get((conn.core.conn, comp.kind))
+                if stream is not None and stream.owns(comp.msg):
+                    self._stream_done(stream, comp, t0)
+                    return
+            pending -= 1
+            done.append(self._finish(conn, comp, bufs, refs, t0))
+            if comp.kind == "recv" and comp.ok:
+                placed += comp.nbytes
+            if comp.kind == "send":
+                for s, data in waiting.done(comp.msg):
+                    self._post_send(s, data, time.monotonic(), t0)
+            else:
+                for r in recv_waiting.done(comp.msg):
+                    self._post_recv(r, bufs, time.monotonic())
+
+        def stdin_ready(ready: list, now: float) -> None:
             if stdin in ready and self._stdin_ended(stdin):
                 self.stopping = True
-                rlist = [rx]
-            self.socks.woke(wake, time.monotonic(), self.conns)
-            # drained whether or not select saw it: a datagram that arrived while this
-            # process waited for the CPU must reach its core before the core's timers run
-            self.malformed_conn += self.socks.receive(self.conns)
-            now = time.monotonic()
-            for conn in self.conns.values():
-                d = conn.core.next_deadline()
-                if d is not None and d <= now:
-                    self._send(conn, conn.core.on_timer(now))
-                for comp in conn.core.completions():
-                    if self.streams:
-                        stream = self.streams.get((conn.core.conn, comp.kind))
-                        if stream is not None and stream.owns(comp.msg):
-                            self._stream_done(stream, comp, t0)
-                            continue
-                    pending -= 1
-                    done.append(self._finish(conn, comp, bufs, refs, t0))
-                    if comp.kind == "recv" and comp.ok:
-                        placed += comp.nbytes
-                    if comp.kind == "send":
-                        for s, data in waiting.done(comp.msg):
-                            self._post_send(s, data, time.monotonic(), t0)
-                    else:
-                        for r in recv_waiting.done(comp.msg):
-                            self._post_recv(r, bufs, time.monotonic())
+
+        self.loop = loop = EventLoop(self.socks, self.conns, completed, idle_s=0.05)
+        next_sample = t0
+        timeline_s = self.plan.get("timeline_s", TIMELINE_S)
+        # Receive streams end when the parent closes stdin: watched with the socket.
+        stdin = sys.stdin.fileno() if recvs else -1
+        while ((pending or sending or (recvs and not self.stopping))
+               and time.monotonic() < deadline):
+            watch = [stdin] if recvs and not self.stopping else []
+            now = loop.turn(watch, deadline, stdin_ready)
             if sending:
                 for st in sends:
                     if not st.finished:
@@ -216,10 +208,10 @@ class Driver:
             "verify_cpu_s": round(self.verify_cpu_s, 4),
             "cpu_user_s": round(cpu1.ru_utime - cpu0.ru_utime, 4),
             "cpu_sys_s": round(cpu1.ru_stime - cpu0.ru_stime, 4),
-            "wakeups": self.wakeups,
+            "wakeups": loop.wakeups,
             "sent_per_ev": {c: conn.sent_per_ev for c, conn in self.conns.items()},
             "stats": {c: dict(getattr(conn.core, "stats", {})) for c, conn in self.conns.items()},
-            "unknown_conn": self.malformed_conn,
+            "unknown_conn": loop.unknown,
             "internal_errors": self.socks.internal_errors,
             "rss": rss.samples, "rss_every_s": rss.every, "ev_changes": self.ev_changes,
             "ev_log": self.ev_log,

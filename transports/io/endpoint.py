@@ -19,19 +19,18 @@ polls; the cores are only ever touched by the engine thread.
 from __future__ import annotations
 
 import os
-import select
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from transports.core.api import Completion
+from transports.io.loop import EventLoop
 from transports.io.sockets import Conn, HostSockets
 from transports.plan import make_core
 
 if TYPE_CHECKING:
-    from _typeshed import FileDescriptorLike
+    pass
 
 OnDone = Callable[[Completion], None]
 
@@ -58,7 +57,7 @@ class Endpoint:
             core = make_core(transport, c["conn"], len(c.get("paths") or [[]]), config or {},
                              seed * 1000 + c["conn"], c.get("nics"))
             self.conns[c["conn"]] = self.socks.conn(c, core)
-        self.unknown_conn = 0
+        self.loop: EventLoop | None = None  # made by the engine thread
         self._cmds: deque[tuple] = deque()
         self._cb: dict[tuple[int, str, int], OnDone] = {}
         self._wake_r, self._wake_w = os.pipe()
@@ -138,40 +137,35 @@ class Endpoint:
             self.error = e
 
     def _loop(self) -> None:
-        socks = self.socks
-        rx, send = socks.rx, socks.send
-        conns = self.conns
-        rfds: list[FileDescriptorLike] = [rx, self._wake_r]  # select() does not modify it
+        self.loop = loop = EventLoop(self.socks, self.conns, self._completed, idle_s=0.5)
+        wake = [self._wake_r]
         while not self._stop:
-            now = time.monotonic()
-            wake = socks.next_wake(conns, now + 0.5)
-            readable = select.select(rfds, [], [], max(0.0, wake - now))[0]
-            now = time.monotonic()
-            socks.woke(wake, now, conns)
-            if self._wake_r in readable:
-                try:
-                    os.read(self._wake_r, 4096)
-                except BlockingIOError:
-                    pass
-            while self._cmds:
-                kind, c, msg, data, bound, on_done = self._cmds.popleft()
-                conn = conns[c]
-                self._cb[(c, kind, msg)] = on_done
-                extra = {"bound": bound} if bound is not None else {}
-                if kind == "send":
-                    send(conn, conn.core.post_send(msg, data, now, **extra))
-                else:
-                    send(conn, conn.core.post_recv(msg, data, now, **extra))
-            # Drain the socket even when select saw nothing: this thread may have waited
-            # for the CPU or the GIL since select returned, and an ACK that arrived
-            # meanwhile must reach its core before that core's RTO is looked at.
-            self.unknown_conn += socks.receive(conns)
-            now = time.monotonic()
-            for c, conn in conns.items():
-                d = conn.core.next_deadline()
-                if d is not None and d <= now:
-                    send(conn, conn.core.on_timer(now))
-                for comp in conn.core.completions():
-                    cb = self._cb.pop((c, comp.kind, comp.msg), None)
-                    if cb is not None:
-                        cb(comp)
+            loop.turn(wake, on_ready=self._commands)
+
+    @property
+    def unknown_conn(self) -> int:
+        """Datagrams that named no connection of this host."""
+        return self.loop.unknown if self.loop is not None else 0
+
+    def _commands(self, readable: list, now: float) -> None:
+        """The main thread's posts, taken with ``now`` (the wake-up pipe drained)."""
+        if self._wake_r in readable:
+            try:
+                os.read(self._wake_r, 4096)
+            except BlockingIOError:
+                pass
+        conns, send = self.conns, self.socks.send
+        while self._cmds:
+            kind, c, msg, data, bound, on_done = self._cmds.popleft()
+            conn = conns[c]
+            self._cb[(c, kind, msg)] = on_done
+            extra = {"bound": bound} if bound is not None else {}
+            if kind == "send":
+                send(conn, conn.core.post_send(msg, data, now, **extra))
+            else:
+                send(conn, conn.core.post_recv(msg, data, now, **extra))
+
+    def _completed(self, conn: Conn, comp: Completion) -> None:
+        cb = self._cb.pop((conn.core.conn, comp.kind, comp.msg), None)
+        if cb is not None:
+            cb(comp)
