@@ -33,9 +33,10 @@ from commands.bench.cpu import summary
 from emu import childproto
 from emu.errors import EmuError
 from emu.launch import ChildGroup
-from transports.plan import DEFAULT_CONFIG
+from transports import registry
 
-TRANSPORTS = ("mrc", "rc", "gloo")
+# Every reliable transport a training job may use (transports/registry.py)
+TRANSPORTS = registry.names(lambda t: t.caps.training and t.caps.reliable)
 READY_TIMEOUT_S = 120.0  # every rank imports torch and builds its communicator
 GLOO_PORT = 29533
 RATE_MBIT = 100.0  # the demo's links: the four ranks' drivers fit on 2 cores
@@ -66,7 +67,7 @@ def run_rank(cfg: dict) -> dict:
     """Time the all-reduces of one rank (inside its namespace)."""
     n = cfg["nbytes"] // 4
     buf = np.ones(n, dtype=np.float32)
-    if cfg["transport"] == "gloo":
+    if registry.get(cfg["transport"]).core is None:  # the kernel's: torch's own all-reduce
         import torch
 
         torch.set_num_threads(1)
@@ -87,7 +88,7 @@ def run_rank(cfg: dict) -> dict:
 
         comm = TransportComm(cfg["transport"], cfg["rank"], cfg["size"],
                              {int(p): c for p, c in cfg["conns"].items()},
-                             DEFAULT_CONFIG[cfg["transport"]], cfg["seed"])
+                             registry.get(cfg["transport"]).defaults, cfg["seed"])
 
         def once() -> None:
             drive(col.ring_allreduce(comm, buf), comm)
@@ -123,7 +124,8 @@ def _run(fab, transport: str, hosts: list[str], nbytes: int, iters: int,
     from workloads.transportcomm import plan_conns
 
     spec = fab.spec
-    conns = plan_conns(spec, transport, hosts) if transport != "gloo" else None
+    ours = registry.get(transport).core is not None
+    conns = plan_conns(spec, transport, hosts) if ours else None
     with ChildGroup() as group:
         for r, h in enumerate(hosts):
             cfg = {"transport": transport, "rank": r, "size": len(hosts), "nbytes": nbytes,

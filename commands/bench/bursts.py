@@ -55,15 +55,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from transports import registry
 from transports.core.message import MessageCore
 from transports.core.mrc import MrcConfig
 from transports.core.wire import HEADER_LEN
-from transports.plan import DEFAULT_CONFIG, make_core
 from transports.testing.fakenet import FakeNet, PathSpec, Port
 
 __all__ = ["BurstBench", "alignments", "bench_bursts", "run_alignment"]
 
-TRANSPORTS = ("mrc", "rc")
+# The reliable transports with a core of their own: every one is compared
+TRANSPORTS = registry.names(lambda t: t.core is not None and t.caps.reliable)
 NICS = (0, 0, 0, 0, 1, 1, 1, 1)  # MRC's EVs: four per plane
 
 
@@ -135,8 +136,10 @@ def _pair(kind: str, net: FakeNet, seed: int, bench: BurstBench) -> tuple[Messag
         raise ValueError(f"transport {kind!r}: the bench compares {' and '.join(TRANSPORTS)}")
     # The fabric's port FIFOs count packets (pfifo): a probe takes a slot as a frame does.
     buffer, frames = 1 << 30, bench.queue_frames
-    nics = list(NICS) if kind == "mrc" else [0]  # RC: one QP, on plane 0
-    a, b = (make_core(kind, 7, len(nics), DEFAULT_CONFIG[kind], seed * 2 + end, nics=nics)
+    multipath = registry.get(kind).caps.multipath
+    nics = list(NICS) if multipath else [0]  # RC: one QP, on plane 0
+    a, b = (registry.make_core(kind, 7, len(nics), registry.get(kind).defaults, seed * 2 + end,
+                               nics=nics)
             for end in (1, 2))
     assert isinstance(a, MessageCore)  # MRC and RC both are: their counters are read
     rate = bench.port_rate
@@ -150,7 +153,7 @@ def _pair(kind: str, net: FakeNet, seed: int, bench: BurstBench) -> tuple[Messag
     for evs in planes:  # each end's NIC on a plane: one FIFO for its EVs
         net.share_first_hop("a", "b", evs)
         net.share_first_hop("b", "a", evs)
-    if kind == "rc":
+    if not multipath:  # one path: one port
         return a, [net.port("a", "b", rate=rate, buffer=buffer, frames=frames)]
     return a, [net.port("a", "b", rate=rate, buffer=buffer, frames=frames, evs=evs)
                for evs in planes]

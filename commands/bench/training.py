@@ -44,6 +44,7 @@ from typing import Any
 
 from emu.errors import require_root
 from emu.fabric import Fabric
+from transports import registry
 from workloads import experiment
 from workloads.burst_pairs import describe_pair, pair_figure
 from workloads.overruns import overrun_stats, refuse_overruns
@@ -58,6 +59,11 @@ from workloads.summary import (
     summarize_workload,
 )
 from workloads.variants import Variant, run_variants
+
+# The reliable transports a training job may use (transports/registry.py), and MRC against
+# each other one: the bench's comparisons
+SYSTEMS = registry.names(lambda t: t.caps.training and t.caps.reliable)
+BASELINE_PAIRS = tuple(("mrc", u) for u in SYSTEMS if u != "mrc")
 
 FABRIC = {"planes": 2, "spines": 4, "leaves": 4, "hosts_per_leaf": 4, "rate_mbit": 100.0,
           "queue_packets": 100, "control_plane": "bgp"}
@@ -107,7 +113,7 @@ def plan(quick: bool = False) -> list[tuple[str, experiment.Experiment]]:
               "lr": 0.05, "lr_schedule": "cosine", "target_accuracy": 0.98,
               "eval_every": EVAL_EVERY, "compute": "modelled"}
     runs = []
-    for t in ("mrc", "rc", "gloo"):
+    for t in SYSTEMS:
         tr = {"name": t}
         runs.append((f"{t}/healthy", _exp(f"{t}-healthy", tr, digits, [])))
         runs.append((f"{t}/link_cut", _exp(f"{t}-cut", tr, digits, _cut_events())))
@@ -176,7 +182,7 @@ def bench_training(say: Callable[[str], None] = print, quick: bool = False,
         else:
             say(f"  {key}: {fig}")
     # burst by burst: the digits runs' bursts are locked to the steps
-    for t, u in (("mrc", "rc"), ("mrc", "gloo")):
+    for t, u in BASELINE_PAIRS:
         pair = pair_figure(records, f"{t}/bursts", f"{u}/bursts")
         if pair is not None:
             paired[f"bursts_per_burst_{t}_vs_{u}"] = pair
@@ -203,7 +209,7 @@ def paired_targets(per_rep: list[dict]) -> dict:
             out[key] = {"median": round(statistics.median(ratios), 3),
                         "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
 
-    for t in ("mrc", "rc", "gloo"):
+    for t in SYSTEMS:
         for failure in ("link_cut", "bursts"):
             put(f"{t}_{failure}_time_to_target_vs_healthy_paired",
                 ratios_by_rep(per_rep, f"{t}/{failure}", f"{t}/healthy", "time_to_target_s"))
@@ -232,7 +238,7 @@ def targets(agg: dict[str, dict]) -> dict:
         return fig["median"] if fig else None
 
     out: dict = {}
-    for t in ("mrc", "rc", "gloo"):
+    for t in SYSTEMS:
         healthy_tt, cut_tt = med(f"{t}/healthy", "time_to_target_s"), \
             med(f"{t}/link_cut", "time_to_target_s")
         if healthy_tt and cut_tt:
@@ -244,7 +250,7 @@ def targets(agg: dict[str, dict]) -> dict:
         if spread and spread["median"]:
             out[f"{t}_healthy_step_spread"] = round((spread["hi"] - spread["lo"])
                                                     / spread["median"], 3)
-    for a, b in (("mrc", "rc"), ("mrc", "gloo")):
+    for a, b in BASELINE_PAIRS:
         fa = agg.get(f"{a}/link_cut", {}).get("time_to_target_s")
         fb = agg.get(f"{b}/link_cut", {}).get("time_to_target_s")
         out[f"cut_time_to_target_{a}_vs_{b}_beyond_spread"] = beyond_spread(fa, fb)

@@ -35,10 +35,12 @@ from emu.fabric import Fabric
 from emu.failures import LinkDown
 from emu.netns import entered
 from topologies import LinkSpec, MultiPlaneClos
+from transports import registry
 from transports.core.wire import HEADER_LEN
 from transports.testing.harness import Transfer, TransferResult, run_transfers
 
-TRANSPORTS = ("mrc", "rc", "tcp")
+# Every reliable transport the transfer driver runs (transports/registry.py)
+TRANSPORTS = registry.names(lambda t: t.caps.transfers and t.caps.reliable)
 # Links of the single connection: 10x the 100 Mbit/s of the demo's fabric, where the
 # drivers' CPU is what limits a transport. The permutation's 16 drivers share 2 cores.
 RATE_SINGLE = 1000.0
@@ -140,7 +142,8 @@ def permutation(fab: Fabric, size: int, say: Callable[[str], None]) -> dict:
     out: dict[str, Any] = {"flows": len(transfers), "bytes_each": size,
                            "ideal_mbit": round(ideal, 2)}
     runs = [(t, t, None) for t in TRANSPORTS] + [
-        (f"mrc_{sel}", "mrc", {"rto_max": 2.0, "selector": sel}) for sel in SELECTORS]
+        (f"mrc_{sel}", "mrc", registry.get("mrc").plan_config(
+            registry.get("mrc").settings({"selector": sel}))) for sel in SELECTORS]
     for label, t, config in runs:
         row = out[label] = _permutation_run(fab, t, transfers, ideal, config)
         say(f"  permutation {label}: {row['goodput_mbit']:.1f} Mbit/s = "
@@ -355,7 +358,7 @@ def bench_transport(say: Callable[[str], None] = print, quick: bool = False,
                                        reps=2 if quick else 3)
     bare = out["bare_path"]["us_per_packet"]
     out["cpu"] = {"bare_sendto_loopback": out["bare_sendto"], "bare_path_us": bare}
-    for t in ("mrc", "rc"):
+    for t in registry.names(lambda t: t.core is not None and t.caps.reliable):  # ours
         us = out["single"][t]["us_per_packet"]["median"]
         out["cpu"][t] = {
             "us_per_packet": us, "user_us": out["single"][t]["user_us"]["median"],

@@ -51,39 +51,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from transports.core.knobs import check_knobs, knob
+
 
 @dataclass(frozen=True)
 class NsccConfig:
-    """NSCC knobs (times in seconds, sizes in bytes)."""
+    """NSCC knobs (times in seconds, sizes in bytes); each field's rule is its ``knob``
+    (transports/core/knobs.py)."""
 
-    base_rtt: float | None = None  # None: learnt per EV (windowed minimum, see BaseRtt)
-    base_rtt_window: float = 1.0  # how long a learnt base RTT lasts without confirmation
-    base_rtt_drop: float = 0.25  # a sample this far below the base needs a second to confirm
-    target_delay: float | None = None  # queueing delay aimed at; None: target_frac * base
-    target_frac: float = 1.0
-    target_min: float = 5e-6
-    eta: float = 0.1  # proportional increase gain
-    fi: float = 1.0  # fair increase, in MTUs per window acked
-    gamma: float = 0.8  # multiplicative decrease gain
-    max_md_jump: float = 0.5  # largest single decrease (fraction of cwnd)
-    qa_threshold: float = 4.0  # quick adapt when delay > qa_threshold * target
-    qa_gate: float = 2.0  # at most one quick adapt per qa_gate RTTs
-    init_cwnd: int | None = None  # None: 16 packets
-    min_cwnd: int | None = None  # None: two packets
-    max_cwnd: int = 16 << 20
+    # None: learnt per EV (windowed minimum, see BaseRtt)
+    base_rtt: float | None = knob(None, lo=0.0, lo_open=True)
+    # how long a learnt base RTT lasts without confirmation
+    base_rtt_window: float = knob(1.0, lo=0.0, lo_open=True)
+    # a sample this far below the base needs a second to confirm
+    base_rtt_drop: float = knob(0.25, lo=0.0, hi=1.0, hi_open=True)
+    # queueing delay aimed at; None: target_frac * base
+    target_delay: float | None = knob(None, lo=0.0)
+    target_frac: float = knob(1.0, lo=0.0)
+    target_min: float = knob(5e-6, lo=0.0)
+    eta: float = knob(0.1, lo=0.0)  # proportional increase gain
+    fi: float = knob(1.0, lo=0.0)  # fair increase, in MTUs per window acked
+    gamma: float = knob(0.8, lo=0.0)  # multiplicative decrease gain
+    # largest single decrease (fraction of cwnd)
+    max_md_jump: float = knob(0.5, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
+    qa_threshold: float = knob(4.0, lo=0.0)  # quick adapt when delay > qa_threshold * target
+    qa_gate: float = knob(2.0, lo=0.0)  # at most one quick adapt per qa_gate RTTs
+    init_cwnd: int | None = knob(None, lo=1)  # bytes; None: 16 packets
+    min_cwnd: int | None = knob(None, lo=1)  # bytes; None: two packets
+    max_cwnd: int = knob(16 << 20, lo=1)  # bytes
 
     def __post_init__(self) -> None:
-        for name in ("eta", "fi", "gamma", "qa_threshold", "qa_gate", "target_frac"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"NsccConfig.{name} must be >= 0")
-        if not 0 < self.max_md_jump < 1:
-            raise ValueError("NsccConfig.max_md_jump must be in (0, 1)")
-        if self.base_rtt is not None and self.base_rtt <= 0:
-            raise ValueError("NsccConfig.base_rtt must be > 0")
-        if not self.base_rtt_window > 0:
-            raise ValueError("NsccConfig.base_rtt_window must be > 0")
-        if not 0 <= self.base_rtt_drop < 1:
-            raise ValueError("NsccConfig.base_rtt_drop must be in [0, 1)")
+        check_knobs(self)
 
 
 class BaseRtt:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from transports.core import wire
 from transports.core.api import Completion, Tx
+from transports.core.knobs import check_knobs, knob
 from transports.core.message import Completions, MessageCore, OutMsg, Reassembly
 from transports.core.receiver import Receiver
 from transports.core.rto import MinRtt, RttEstimator, check_rto_config, rto_floor
@@ -58,29 +59,28 @@ INF = float("inf")
 
 @dataclass(frozen=True)
 class RcConfig:
-    """RC knobs (times in seconds, sizes in bytes)."""
+    """RC knobs (times in seconds, sizes in bytes); each field's rule is its ``knob``
+    (transports/core/knobs.py)."""
 
-    mtu_payload: int = 8000
-    window_pkts: int = 64
-    aimd: bool = False
-    ack_every: int = 4
-    ack_delay: float = 50e-6
-    rto_init: float = 10e-3
-    rto_min: float = 250e-6  # the RTO floor's absolute part: timer granularity, ACK delay
-    rto_min_rtts: float = 4.0  # ... and its part in minimum RTTs (transports/core/rto.py)
-    rto_max: float = 0.25
-    max_retries: int = 7
-    give_up_s: float = 10.0  # ... and the least time without progress before failing
-    unposted_limit: int = 64 << 20
-    use_crc: bool = True
+    mtu_payload: int = knob(8000, lo=1, hi=wire.MAX_PAYLOAD)
+    window_pkts: int = knob(64, lo=1)  # packets outstanding (with aimd: the most)
+    aimd: bool = knob(False)  # the window moves (+1 per window acked, halved on a loss)
+    ack_every: int = knob(4, lo=1)
+    ack_delay: float = knob(50e-6, lo=0.0)
+    rto_init: float = knob(10e-3, lo=0.0, lo_open=True)
+    # the RTO floor's absolute part: timer granularity, ACK delay
+    rto_min: float = knob(250e-6, lo=0.0, lo_open=True)
+    # ... and its part in minimum RTTs (transports/core/rto.py)
+    rto_min_rtts: float = knob(4.0, lo=0.0, hi=1e6, hi_open=True)
+    rto_max: float = knob(0.25, lo=0.0, lo_open=True)
+    max_retries: int = knob(7, lo=0)
+    # ... and the least time without progress before failing
+    give_up_s: float = knob(10.0, lo=0.0)
+    unposted_limit: int = knob(64 << 20, lo=0)  # bytes of messages received before posted
+    use_crc: bool = knob(True)
 
     def __post_init__(self) -> None:
-        if not 0 < self.mtu_payload <= wire.MAX_PAYLOAD:
-            raise ValueError(f"mtu_payload must be in 1..{wire.MAX_PAYLOAD}")
-        if self.window_pkts < 1 or self.ack_every < 1 or self.max_retries < 0:
-            raise ValueError("window_pkts >= 1, ack_every >= 1, max_retries >= 0")
-        if not self.give_up_s >= 0:
-            raise ValueError(f"give_up_s={self.give_up_s!r}: must be >= 0 seconds")
+        check_knobs(self)
         check_rto_config("RcConfig", self.rto_init, self.rto_min, self.rto_min_rtts,
                          self.rto_max)
 

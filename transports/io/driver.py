@@ -51,12 +51,14 @@ import sys
 import time
 
 from emu import childproto
+from transports import registry
 from transports.core.api import Completion
 from transports.io.footprint import RssSampler, state_sizes
 from transports.io.loop import EventLoop
 from transports.io.sockets import Conn, HostSockets
 from transports.io.streams import RecvStream, SendStream, bound_arg, prefault
-from transports.plan import AfterGate, make_core, message_bytes, placed_exactly
+from transports.plan import AfterGate, message_bytes, placed_exactly
+from transports.registry import make_core
 
 TIMELINE_S = 0.01  # goodput timeline's default sampling period
 EV_LOG_MAX = 512  # EV state changes kept with their times (``ev_log``); later ones counted
@@ -107,7 +109,7 @@ class Driver:
         # A receive with "after" (a message id or a list of them) is posted once the
         # receives of all those messages completed: a round's buffer (and its deadline
         # clock) starts when the previous round ended on every lane.
-        recv_waiting = AfterGate()
+        recv_waiting: AfterGate[dict] = AfterGate()
         for r in self.plan.get("recvs", []):
             buf = bufs[(r["conn"], r["msg"])] = bytearray(r["size"])
             prefault(buf)  # now, not charged to the transport's CPU during the run
@@ -120,7 +122,8 @@ class Driver:
                 self._post_recv(r, bufs, time.monotonic())
         # A send with "after" is posted once the sends of all those messages completed
         # (synchronous rounds: every lane of round i before any lane of round i + 1).
-        first, waiting = [], AfterGate()
+        first: list[tuple[dict, bytes]] = []
+        waiting: AfterGate[tuple[dict, bytes]] = AfterGate()
         for s in self.plan.get("sends", []):
             item = (s, message_bytes(s["seed"], s["size"]))
             if not waiting.add(s.get("after"), item):
@@ -304,7 +307,7 @@ def wait_for_start() -> float:
 def main() -> int:
     childproto.die_with_parent()
     plan = childproto.read_config()
-    if plan["transport"] == "tcp":
+    if registry.get(plan["transport"]).core is None:  # the kernel's TCP
         from transports.io.tcp import run_tcp
 
         result = run_tcp(plan, message_bytes, wait_for_start)

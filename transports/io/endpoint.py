@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from transports.core.api import Completion
 from transports.io.loop import EventLoop
 from transports.io.sockets import Conn, HostSockets
-from transports.plan import make_core
+from transports.registry import make_core
 
 if TYPE_CHECKING:
     pass

@@ -38,9 +38,9 @@ import socket
 import struct
 import time
 
+from transports.kernel import TCP_PORT
 from transports.plan import AfterGate, placed_exactly
 
-TCP_PORT = 4792
 _PREFIX = struct.Struct("!QQ")
 _ACK = struct.Struct("!Q")
 TCP_INFO_LEN = 256
@@ -147,7 +147,7 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
     payloads = {s["msg"]: _PREFIX.pack(s["msg"], s["size"]) + message_bytes(s["seed"], s["size"])
                 for s in plan.get("sends", [])}
     conn_peer = {c["conn"]: c for c in plan["conns"]}
-    gate = AfterGate()
+    gate: AfterGate[dict] = AfterGate()
     sends = plan.get("sends", [])
     first_sends = [s for s in sends if not gate.add(s.get("after"), s)]
     pending = len(recvs) + len(sends)

@@ -22,7 +22,8 @@ from typing import Any
 from emu.errors import EmuError
 from emu.fabric import Fabric
 from emu.launch import Child, ChildGroup
-from transports.plan import DEFAULT_CONFIG, TRANSPORTS, conn_spec
+from transports import registry
+from transports.plan import conn_spec
 
 READY_TIMEOUT_S = 60.0  # for every driver to bind its sockets on a busy machine
 
@@ -82,21 +83,22 @@ def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict
     """Every host's driver plan for ``transfers``, and each transfer's message ids (one
     per lane: RC stripes a message over one QP per plane). A transfer with ``after``
     waits for *every* lane's part of the earlier one (``after`` is then a list of ids)."""
-    if transport not in TRANSPORTS:
-        raise EmuError(f"transport={transport!r} is invalid: must be one of "
-                       f"{', '.join(TRANSPORTS)}")
+    try:
+        t_decl = registry.get(transport, lambda t: t.caps.transfers, "a transfer driver's")
+    except registry.UnknownTransport as e:
+        raise EmuError(str(e)) from None
     for t in transfers:
         spec.node(t.src), spec.node(t.dst)
         if t.src == t.dst or t.size < 0:
             raise EmuError(f"invalid transfer {t}: src != dst and size >= 0 required")
     pairs: dict[tuple[frozenset, int], int] = {}
     plans: dict[str, dict] = {}
-    lanes = spec.planes if transport == "rc" else 1  # connections per host pair
+    lanes = spec.planes if t_decl.caps.per_plane else 1  # connections per host pair
 
     def plan_of(host: str) -> dict:
         return plans.setdefault(host, {
             "host": host, "addr": str(spec.address(host)), "transport": transport,
-            "config": DEFAULT_CONFIG[transport] if config is None else config,
+            "config": t_decl.plan_config() if config is None else config,
             "seed": seed, "deadline_s": deadline_s,
             "conns": [], "sends": [], "recvs": []})
 

@@ -35,8 +35,9 @@ from emu.fabric import Fabric
 from emu.failures import GrayLink, LinkFlap
 from emu.launch import ChildGroup
 from topologies import LinkSpec, MultiPlaneClos
+from transports import registry
 from transports.io.driver import SENT
-from transports.plan import DEFAULT_CONFIG, conn_spec
+from transports.plan import conn_spec
 from transports.testing.harness import driver_results
 
 READY_TIMEOUT_S = 60.0
@@ -86,7 +87,7 @@ def stream_plans(spec, streams: tuple[Stream, ...] | list[Stream], seconds: floa
             spec.node(a)
             plan = plans.setdefault(a, {
                 "host": a, "addr": str(spec.address(a)), "transport": s.transport,
-                "config": DEFAULT_CONFIG[s.transport], "seed": seed,
+                "config": registry.get(s.transport).plan_config(), "seed": seed,
                 "deadline_s": seconds + drain_s, "timeline_s": 1.0,
                 "conns": [], "sends": [], "recvs": [], "streams": []})
             if plan["transport"] != s.transport:

@@ -10,7 +10,8 @@ import pytest
 from topologies import MultiPlaneClos
 from transports.core import wire
 from transports.core.mrc import EV_GOOD, MrcConfig, MrcCore
-from transports.plan import conn_spec, make_core
+from transports.plan import conn_spec
+from transports.registry import make_core
 from transports.testing.fakenet import FakeNet, PathSpec, exchange
 
 FAST = MrcConfig(rto_min=200e-6, rto_init=1e-3, probe_min=200e-6, probe_max=5e-3)
