@@ -19,6 +19,7 @@ which this module also calls on import so that ``rdpcap`` decodes at once.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from scapy.fields import (
     ByteEnumField,
@@ -124,7 +125,7 @@ def register() -> None:
 register()
 
 
-def read_pcap(path: str | os.PathLike[str]) -> list:
+def read_pcap(path: str | os.PathLike[str]) -> list[Any]:
     """Every packet of a pcap file (e.g. from emu.capture.Capture), decoded with this layer."""
     import scapy.layers.inet6  # noqa: F401 - IPv6 and the SRH for Ether type 0x86dd
     from scapy.utils import rdpcap

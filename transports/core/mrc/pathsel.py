@@ -52,6 +52,17 @@ class PathSelector(Protocol):
     def set_active(self, evs: Sequence[int]) -> None: ...
 
 
+class _NicTurn:
+    """One NIC's active EVs and the permutation of them being cycled."""
+
+    __slots__ = ("members", "perm", "pos")
+
+    def __init__(self, members: list[int]) -> None:
+        self.members = members
+        self.perm: list[int] = []
+        self.pos = 0
+
+
 class Oblivious:
     """Random permutation of the active EVs, cycled, a new permutation per round.
 
@@ -67,7 +78,7 @@ class Oblivious:
         self.active: list[int] = []
         self.perm: list[int] = []
         self.pos = 0
-        self.groups: list[list] = []  # per NIC with active EVs: [members, perm, pos]
+        self.groups: list[_NicTurn] = []  # per NIC with active EVs
         self.turn = 0
         self.set_active(range(evs))
 
@@ -82,7 +93,7 @@ class Oblivious:
             by_nic: dict[int, list[int]] = {}
             for ev in self.active:
                 by_nic.setdefault(self.nics[ev], []).append(ev)
-            self.groups = [[members, [], 0] for _, members in sorted(by_nic.items())]
+            self.groups = [_NicTurn(members) for _, members in sorted(by_nic.items())]
             self.turn = 0
 
     def _next_in_perm(self) -> int:
@@ -90,12 +101,12 @@ class Oblivious:
         if groups:
             g = groups[self.turn % len(groups)]
             self.turn += 1
-            if g[2] >= len(g[1]):
-                g[1] = g[0][:]
-                self.rng.shuffle(g[1])
-                g[2] = 0
-            ev = g[1][g[2]]
-            g[2] += 1
+            if g.pos >= len(g.perm):
+                g.perm = g.members[:]
+                self.rng.shuffle(g.perm)
+                g.pos = 0
+            ev = g.perm[g.pos]
+            g.pos += 1
             return ev
         if self.pos >= len(self.perm):
             self.perm = self.active[:]
@@ -198,7 +209,8 @@ class Reps:
             self.cache.remove(ev)
 
 
-SELECTORS = {"oblivious": Oblivious, "bitmap": Bitmap, "reps": Reps}
+SELECTORS: dict[str, type[Oblivious] | type[Reps]] = {
+    "oblivious": Oblivious, "bitmap": Bitmap, "reps": Reps}
 
 
 def make_selector(name: str, evs: int, rng: random.Random,
@@ -209,6 +221,6 @@ def make_selector(name: str, evs: int, rng: random.Random,
         cls = SELECTORS[name]
     except KeyError:
         raise ValueError(f"selector={name!r}: one of {sorted(SELECTORS)}") from None
-    if nics is not None and cls is not Reps:
+    if issubclass(cls, Oblivious):  # (and Bitmap): they balance NICs
         return cls(evs, rng, nics)
-    return cls(evs, rng)
+    return Reps(evs, rng)
