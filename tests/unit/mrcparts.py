@@ -13,6 +13,7 @@ from transports.core.mrc.flight import Flight, SentPacket
 from transports.core.mrc.lossdetect import LossDetector
 from transports.core.mrc.pathsel import make_selector
 from transports.core.mrc.spray import Spray
+from transports.core.mrc.timeouts import Timeouts
 from transports.core.spurious import RetxLedger
 from transports.core.wire import HEADER_LEN
 
@@ -59,8 +60,9 @@ class Parts:
         self.flight = Flight()
         self.cc = Nscc(self.cfg.nscc, self.cfg.mtu_payload + HEADER_LEN)
         self.ledger = RetxLedger(1.0)
+        self.timeouts = Timeouts(self.cfg, evs, self.rng)
         self.loss = LossDetector(1, self.cfg, self.stats, self.flight, self.spray, self.paths,
-                                 self.cc, self.ledger, nics, self.rng)
+                                 self.cc, self.ledger, nics, self.timeouts)
 
     def send(self, p: SentPacket, ev: int, now: float) -> None:
         transmit(self.flight, p, ev, now, self.loss)

@@ -92,9 +92,9 @@ class DblpCore(MrcCore):
             raise ValueError("DBLP needs MrcConfig.use_crc=True: every chunk carries a CRC32")
         super().__init__(conn, evs, cfg, rng_seed, nics)
         self.bsend = BoundedSender(conn, cfg, self.stats, self._done, self.snd, self.flight,
-                                   self.loss)
+                                   self.timeouts, self.loss)
         self.brecv = BoundedReceiver(conn, evs, cfg, self.stats, self._done, self.rcv,
-                                     self.reasm, self.loss, linger_s)
+                                     self.reasm, self.timeouts, linger_s)
         self.snd.use_policy(self.bsend)
         self.policy = DblpPolicy(self.bsend, self.brecv)
 

@@ -35,7 +35,7 @@ from transports.core.wire import ACK, FLAG_LAST, FLAG_STOP, HEADER_LEN, pack_hea
 
 if TYPE_CHECKING:
     from transports.core.bound import LossBound
-    from transports.core.mrc.lossdetect import LossDetector
+    from transports.core.mrc.timeouts import Timeouts
 
 INF = float("inf")
 MAX_CHUNKS = 8 * wire.MAX_PAYLOAD  # the STOP bitmap is one datagram
@@ -69,14 +69,14 @@ class _Closed:
 
 class BoundedReceiver:
     """The receiving half of DBLP over one MRC core's receiver ``rcv`` and placement
-    ``reasm`` (connection ``conn`` over ``evs`` EVs; ``loss``: the core's loss detector,
-    whose RTO times lingers and STOP resends; finished messages go to ``done``)."""
+    ``reasm`` (connection ``conn`` over ``evs`` EVs; ``timeouts``: the core's, whose RTO
+    times lingers and STOP resends; finished messages go to ``done``)."""
 
     def __init__(self, conn: int, evs: int, cfg: MrcConfig, stats: Counter[str],
-                 done: CompletionSink, rcv: Receiver, reasm: Reassembly, loss: LossDetector,
+                 done: CompletionSink, rcv: Receiver, reasm: Reassembly, timeouts: Timeouts,
                  linger_s: float | None) -> None:
         self.conn, self.evs, self.cfg, self.stats, self.done = conn, evs, cfg, stats, done
-        self.rcv, self.reasm, self.loss = rcv, reasm, loss
+        self.rcv, self.reasm, self.timeouts = rcv, reasm, timeouts
         self.linger_s = linger_s
         self.rx: dict[int, _Rx] = {}
         self.rx_chunks: dict[int, set[int]] = {}
@@ -168,7 +168,7 @@ class BoundedReceiver:
                 n = len(self.rx_chunks[msg])
                 end = r.first_at + (now - r.first_at) * r.nchunks / n if r.first_at < now \
                     else INF  # (chunks placed before post_recv: no rate to go by)
-                r.linger_at = min(now + self.loss.timeouts.rto_any(), end)
+                r.linger_at = min(now + self.timeouts.rto_any(), end)
                 if r.linger_at <= now:
                     self._close(msg, now, False, out)
 
@@ -189,7 +189,7 @@ class BoundedReceiver:
         for i in chunks:
             bitmap[i >> 3] |= 1 << (i & 7)
         cl = _Closed(msg, m.msg_len, bytes(bitmap), deadline, now)
-        cl.backoff = self.loss.timeouts.rto_any()
+        cl.backoff = self.timeouts.rto_any()
         self.closed[msg] = cl
         self._send_stop(cl, now, out, timer=False)
 

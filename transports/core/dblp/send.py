@@ -40,6 +40,7 @@ from transports.core.message import CompletionSink, OutMsg
 from transports.core.mrc.config import MrcConfig
 from transports.core.mrc.flight import Flight, SentPacket
 from transports.core.mrc.pathsel import NACK
+from transports.core.mrc.timeouts import Timeouts
 from transports.core.wire import ACK, FLAG_STOP_OK, HEADER_LEN, pack_header
 
 if TYPE_CHECKING:
@@ -77,13 +78,14 @@ class _Tx:
 
 
 class BoundedSender:
-    """The sending half of DBLP over one MRC core's sender ``snd``, its ``flight`` and its
-    loss detector ``loss`` (connection ``conn``; finished messages go to ``done``)."""
+    """The sending half of DBLP over one MRC core's sender ``snd``, its ``flight``, its
+    ``timeouts`` and its loss detector ``loss`` (connection ``conn``; finished messages go
+    to ``done``)."""
 
     def __init__(self, conn: int, cfg: MrcConfig, stats: Counter[str], done: CompletionSink,
-                 snd: Sender, flight: Flight, loss: LossDetector) -> None:
+                 snd: Sender, flight: Flight, timeouts: Timeouts, loss: LossDetector) -> None:
         self.conn, self.cfg, self.stats, self.done = conn, cfg, stats, done
-        self.snd, self.flight, self.loss = snd, flight, loss
+        self.snd, self.flight, self.timeouts, self.loss = snd, flight, timeouts, loss
         self.tx: dict[int, _Tx] = {}
         self.stopped: dict[int, tuple[int, int, int]] = {}  # msg -> (psn lo, hi, len)
         self.early: dict[int, int] = {}  # msg -> length: STOPs before the message was posted
@@ -142,7 +144,7 @@ class BoundedSender:
         st.parked.append(p.psn)
         self.stats["retx_parked"] += 1
         if st.park_check == INF:
-            st.park_check = self._pump_now + self.loss.timeouts.rto_any()
+            st.park_check = self._pump_now + self.timeouts.rto_any()
             st.park_acked = st.om.acked
         return False
 
@@ -186,7 +188,7 @@ class BoundedSender:
 
     def _pto(self) -> float:
         cfg = self.cfg
-        ref = max(self.rack_rtt, self.loss.timeouts.srtt.srtt) or cfg.rto_init
+        ref = max(self.rack_rtt, self.timeouts.srtt.srtt) or cfg.rto_init
         reo = max(cfg.reorder_min, cfg.reorder_frac * self.rack_rtt)
         return min(cfg.rto_max, (2 * ref + reo) * (1 << self.tail_backoff))
 
@@ -223,7 +225,7 @@ class BoundedSender:
                 st.force = True
                 stalled = True
             elif st.parked:
-                st.park_check, st.park_acked = now + self.loss.timeouts.rto_any(), st.om.acked
+                st.park_check, st.park_acked = now + self.timeouts.rto_any(), st.om.acked
             else:
                 st.park_check = INF
         return stalled or self.flight.waiting()

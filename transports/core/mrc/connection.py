@@ -8,8 +8,9 @@ reached only through its methods (files in transports/core/mrc/ unless said):
 - ``Sender`` (sender.py): messages, PSNs, transmissions, acknowledgements, the window;
 - ``Spray`` (spray.py): the EV of each transmission (a path selector, pathsel.py);
 - ``EvTable`` (evtable.py): per-EV states as one explicit transition table, probes;
+- ``Timeouts`` (timeouts.py): RTT estimators, the RTO floor, back-off and strikes;
 - ``LossDetector`` (lossdetect.py): rules A/B/C, blame, undo, the retry budget, with
-  its own parts (evidence.py, timeouts.py, probes.py, blame.py);
+  its own parts (evidence.py, probes.py, blame.py);
 - ``Receiver`` (transports/core/receiver.py, shared with RC): PSN state, SACK, ACK
   coalescing; ``Reassembly`` (transports/core/message.py): placement;
 - ``Nscc`` (transports/core/cc.py): the window; ``RetxLedger``
@@ -95,6 +96,7 @@ from transports.core.mrc.lossdetect import LossDetector
 from transports.core.mrc.pathsel import NACK, make_selector
 from transports.core.mrc.sender import Sender
 from transports.core.mrc.spray import Spray
+from transports.core.mrc.timeouts import Timeouts
 from transports.core.receiver import Receiver
 from transports.core.spurious import RetxLedger
 from transports.core.wire import (
@@ -164,8 +166,9 @@ class MrcCore(MessageCore):
         # spurious retransmissions and the decisions they undo (Eifel-style)
         self.ledger = RetxLedger(max(1.0, 2 * cfg.rto_max))
         self.flight = Flight()
+        self.timeouts = Timeouts(cfg, evs, self.rng)
         self.loss = LossDetector(conn, cfg, self.stats, self.flight, self.spray, self.paths,
-                                 self.cc, self.ledger, nics, self.rng)
+                                 self.cc, self.ledger, nics, self.timeouts)
         self.snd = Sender(conn, cfg, self.stats, self._done, self.cc, self.spray, self.paths,
                           self.flight, self.ledger, self.loss)
         self.rcv = Receiver(conn, cfg, self.reasm, self.stats)
@@ -235,7 +238,7 @@ class MrcCore(MessageCore):
         """The RTO floor: ``max(rto_min, rto_min_rtts * base RTT) + host delay``
         (transports/core/rto.py), the base RTT being NSCC's (the smallest EV's windowed
         minimum)."""
-        return self.loss.timeouts.floor
+        return self.timeouts.floor
 
     def set_host_delay(self, delay: float) -> None:
         """The I/O loop's measured scheduling delay (transports/core/rto.py ``HostDelay``)."""
@@ -257,7 +260,7 @@ class MrcCore(MessageCore):
 
     def allow(self, ev: int, now: float = 0.0) -> None:
         """Undo ``deny``: the EV is probed at once and carries data once a probe returns."""
-        self.paths.allow(ev, now, self.loss.timeouts.rto(ev))
+        self.paths.allow(ev, now, self.timeouts.rto(ev))
 
     def ev_state(self, ev: int) -> str:
         return self.paths.state_of(ev)
@@ -362,7 +365,7 @@ class MrcCore(MessageCore):
             # the selector's congestion signal: above the EV's base plus the delay target
             # *and* worse than the EVs on average (a uniformly loaded fabric should not
             # penalise anyone)
-            srtt = loss.timeouts.srtt
+            srtt = self.timeouts.srtt
             self.spray.set_congested(ev, rtt > max(self.cc.rtt_ref(ev), srtt.srtt + srtt.rttvar))
         if touched or tail:
             loss.detect(now, touched, out)
@@ -395,7 +398,7 @@ class MrcCore(MessageCore):
             return
         r = now - h.ts_echo * 1e-9
         if 0 < r < 60.0:
-            self.loss.timeouts.sample_ev(ev, r)
+            self.timeouts.sample_ev(ev, r)
         self.paths.readmit(ev, now)
         self.cc.forget(ev)  # it may be another route now (longer or shorter): learn it again
         self.loss.new_floor()

@@ -6,7 +6,7 @@ probe answered, the clock) and decides: a packet is lost (``Flight.requeue``: it
 to be resent), its EV is retired (``EvTable.retire``) and the window cut
 (``Nscc.on_timeout``), a probe goes out (datagrams appended to the caller's list), or
 the connection fails (``expire`` returns the error). Its parts, each an object of its
-own:
+own (``Timeouts`` is the connection's, shared with DBLP's halves; the rest are its own):
 
 - evidence.py ``Evidence``: send orders and the latest transmissions delivered; rules A
   (a later packet on the same EV acknowledged) and B (``dupthresh`` later ones on the
@@ -63,7 +63,6 @@ another cut came since (``cwnd_undo``).
 from __future__ import annotations
 
 import heapq
-import random
 from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Protocol
@@ -91,17 +90,17 @@ class LossDetector:
     """Rules A, B and C, blame, flush, undo and the retry budget of one MRC sender.
 
     Built on the sender's ``flight`` (packets, retransmission queue, stamps), its EV
-    choice ``spray``, the per-EV states ``paths``, the window ``cc`` and the ``ledger``
-    of retransmissions; ``nic_of`` is each EV's NIC (None: one NIC), ``rng`` draws the
-    jitter of backed-off RTOs."""
+    choice ``spray``, the per-EV states ``paths``, the window ``cc``, the ``ledger`` of
+    retransmissions and the connection's ``timeouts`` (RTOs and strikes, which DBLP's
+    halves read too); ``nic_of`` is each EV's NIC (None: one NIC)."""
 
     def __init__(self, conn: int, cfg: LossConfig, stats: Counter[str], flight: Flight,
                  spray: Spray, paths: EvTable, cc: Nscc, ledger: RetxLedger,
-                 nic_of: Sequence[int] | None, rng: random.Random) -> None:
+                 nic_of: Sequence[int] | None, timeouts: Timeouts) -> None:
         self.conn, self.cfg, self.stats = conn, cfg, stats
         self.flight, self.spray, self.paths, self.cc, self.ledger = flight, spray, paths, cc, ledger
         evs = paths.evs
-        self.timeouts = Timeouts(cfg, evs, rng)
+        self.timeouts = timeouts
         self.evidence = Evidence(cfg, evs, nic_of, self.timeouts, flight)
         self.probes = Probes(conn, cfg, evs, stats, flight, spray, paths)
         self.blame = Blame(2 * cfg.rto_max)
