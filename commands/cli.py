@@ -93,7 +93,7 @@ def cmd_fabric(args: argparse.Namespace) -> int:
             captures.append(Capture(fab, node, ifname, path))
             captures[-1].start()
             print(f"  capturing {node}:{ifname} -> {path} "
-                  "(decode: transports.scapy_layer.read_pcap)")
+                  "(decode: transports.core.scapy_layer.read_pcap)")
         runner = None
         if events is not None:
             from emu import convergence
@@ -221,30 +221,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _run_bench(args: argparse.Namespace) -> dict:
     if args.bench == "fabric":
-        from emu.bench import bench_fabric
+        from commands.bench.fabric import bench_fabric
 
         res = bench_fabric(say=_progress, large=not args.quick)
     elif args.bench == "dblp":
-        from workloads.bench_dblp import bench_dblp
+        from commands.bench.dblp import bench_dblp
 
         res = bench_dblp(say=_progress, quick=args.quick)
     elif args.bench == "training":
-        from workloads.bench_training import bench_training
+        from commands.bench.training import bench_training
 
         res = bench_training(say=_progress, quick=args.quick,
                              out_dir=_out_dir(args, "bench-training", "emu bench training"))
     elif args.bench == "transport":
-        from transports.bench import bench_transport
-        from workloads.bench_allreduce import bench_allreduce_fabric
+        from commands.bench.allreduce import bench_allreduce_fabric
+        from commands.bench.transport import bench_transport
 
         res = bench_transport(say=_progress, quick=args.quick)
         res["allreduce"] = bench_allreduce_fabric(say=_progress, quick=args.quick)
     elif args.bench == "bursts":
-        from transports.bench_bursts import bench_bursts
+        from commands.bench.bursts import bench_bursts
 
         res = bench_bursts(say=_progress, quick=args.quick)
     elif args.bench == "robustness":
-        from transports.bench_robustness import bench_robustness
+        from commands.bench.robustness import bench_robustness
 
         res = bench_robustness(say=_progress, quick=args.quick)
     elif args.bench == "explorer":
@@ -252,11 +252,11 @@ def _run_bench(args: argparse.Namespace) -> dict:
 
         res = bench_explorer(say=_progress, quick=args.quick)
     elif args.bench == "sweep":
-        from commands.sweep.bench import bench_sweep
+        from commands.bench.sweep import bench_sweep
 
         res = bench_sweep(say=_progress, quick=args.quick)
     else:
-        from emu.bench_failover import bench_failover
+        from commands.bench.failover import bench_failover
 
         res = bench_failover(say=_progress, bfd=_bfd(args))
     return res

@@ -3,7 +3,7 @@
     with Capture(fab, "p0s1", "l1", tmp / "spine.pcap") as cap:
         ...send traffic...
     cap.stats                      # CaptureStats(captured=..., dropped=...)
-    for pkt in transports.scapy_layer.read_pcap(cap.path):  # Ether/IPv6/SRH/UDP/SaeTransport
+    for pkt in transports.core.scapy_layer.read_pcap(cap.path):  # Ether/IPv6/SRH/UDP/SaeTransport
         ...
 
 ``Capture`` opens PATH itself (never through a symlink: ``emu.safefs``) and starts
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     Topology = MultiPlaneClos | ScaleAcross
 
-PORT = 4791  # transports.wire.UDP_PORT (emu/ sits below transports/ and never imports it)
+PORT = 4791  # transports.core.wire.UDP_PORT (emu/ sits below transports/ and never imports it)
 
 
 def udp_port_filter(port: int = PORT) -> str:

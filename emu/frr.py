@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Fabric(Protocol):
+class FabricView(Protocol):
     """What the convergence probes read of a running fabric (emu/fabric.py's ``Fabric``)."""
 
     @property
@@ -383,7 +383,7 @@ def _names(kernel: NodeKernel) -> dict[int, str]:
     return {i: n for n, i in kernel.ifindex.items()}
 
 
-def wait_withdrawn(fab: Fabric, node: str, prefix: IPv6Network | str, ifname: str,
+def wait_withdrawn(fab: FabricView, node: str, prefix: IPv6Network | str, ifname: str,
                    timeout: float = 5.0, interval: float = 0.002) -> float:
     """Seconds until ``ifname`` is no longer a next hop of ``prefix`` on ``node``.
 
@@ -419,7 +419,7 @@ def expected_routes(spec: MultiPlaneClos) -> dict[str, dict[IPv6Network, set[str
     return out
 
 
-def missing_routes(fab: Fabric) -> dict[str, list[str]]:
+def missing_routes(fab: FabricView) -> dict[str, list[str]]:
     """Per leaf, the expected ECMP routes not (fully) in its kernel yet."""
     out: dict[str, list[str]] = {}
     spec = fab.spec

@@ -5,7 +5,7 @@ workers, collective checkers, burst senders, delay-line relays)::
 
     with ChildGroup() as group:
         for host in hosts:
-            group.spawn(host, fab.in_netns(host, sys.executable, "-m", "transports.driver"),
+            group.spawn(host, fab.in_netns(host, sys.executable, "-m", "transports.io.driver"),
                         config=plan_of[host])
         group.wait_ready(30.0)           # every child set up, or an error naming it
         t0 = group.start()               # one CLOCK_MONOTONIC instant for all of them

@@ -168,7 +168,8 @@ def plan_fabric(spec: MultiPlaneClos, ecmp: EcmpMode = "static") -> dict[str, No
         mine = tuple(ifaces[node.name])
         by_peer = {i.peer_node: i for i in mine}
 
-        def hop(peer: str, _by_peer: dict[str, InterfacePlan] = by_peer, _n: str = node.name):
+        def hop(peer: str, _by_peer: dict[str, InterfacePlan] = by_peer,
+                _n: str = node.name) -> NextHop:
             i = _by_peer[peer]
             return NextHop(i.ifname, peers[(_n, i.ifname)])
 

@@ -171,7 +171,7 @@ class ScaleAcross(GraphLookup):
         return self._uniform("hosts_per_leaf")
 
     def _uniform(self, name: str) -> int:
-        values = [getattr(dc, name) for dc in self.dcs]
+        values: list[int] = [getattr(dc, name) for dc in self.dcs]
         if len(set(values)) != 1:
             listed = ", ".join(f"dcs[{i}].{name}={v}" for i, v in enumerate(values))
             raise TopologyError(

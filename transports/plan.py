@@ -1,48 +1,52 @@
 """Pure planning of transport connections: no sockets, no processes, no root.
 
 What a driver or an in-process endpoint needs to know before it opens a socket, and
-what the benches, collectives and training workers share: the transports a run can
-use and their default knobs (``DEFAULT_CONFIG``), one host's end of a connection as a
-plan entry (``conn_spec``), the core of a connection (``make_core``), the content of a
-test message (``message_bytes``) and the ordering of a plan's messages (``AfterGate``).
+what the benches, collectives and training workers share: one host's end of a
+connection as a plan entry (``conn_spec``), the content of a test message
+(``message_bytes``, ``placed_exactly``) and the ordering of a plan's messages
+(``AfterGate``). The transports themselves, their settings and cores are declared in
+transports/registry.py; ``DEFAULT_CONFIG`` is each one's run defaults as plan data.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
 
 from emu.errors import EmuError
-from transports.api import Core
+from topologies import MultiPlaneClos, ScaleAcross
+from transports import registry
 
-TRANSPORTS = ("mrc", "rc", "tcp", "dblp")
-# RC runs with AIMD on its window, standing in for RoCE's rate control (DCQCN): a
-# fixed window overflowing shallow switch buffers would only measure go-back-N storms.
-# Emulated links are 1000x slower than real ones, so a full queue holds tens to
-# hundreds of ms: the RTO cap is raised to match (the cores' defaults suit real rates).
-DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
-    "mrc": {"rto_max": 2.0}, "rc": {"aimd": True, "rto_max": 2.0}, "tcp": {},
-    "dblp": {"rto_max": 2.0}}
+T = TypeVar("T")
+
+# Every transport's run defaults as a plan's ``config`` (registry ``plan_config``): what
+# a driver plan carries when its caller sets nothing.
+DEFAULT_CONFIG: Mapping[str, dict[str, Any]] = MappingProxyType(
+    {t.name: t.plan_config() for t in registry.REGISTRY})
 
 
-def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) -> dict:
+def conn_spec(spec: MultiPlaneClos | ScaleAcross, transport: str, a: str, b: str, conn: int,
+              lane: int = 0) -> dict[str, Any]:
     """Host ``a``'s end of connection ``conn`` to ``b``, as a driver/endpoint plan entry.
 
-    MRC/DBLP: every SRv6 path of the pair (transit segments) as its EVs, and the NIC
-    (plane) of each. RC: the
-    QP of plane ``lane`` between the hosts' plane addresses, with one fixed source
-    port (ECMP picks its spine). TCP: the loopbacks.
+    A transport whose paths are SRv6 (MRC, DBLP): every SRv6 path of the pair (transit
+    segments) as its EVs, and the NIC (plane) of each. One connection per plane (RC): the
+    QP of plane ``lane`` between the hosts' plane addresses, with one fixed source port
+    (ECMP picks its spine). Otherwise (TCP): the loopbacks.
     """
-    c: dict = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
-    if transport in ("mrc", "dblp"):
+    caps = registry.get(transport).caps
+    c: dict[str, Any] = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
+    if caps.needs_srv6:
         paths = spec.paths(a, b)
         c["paths"] = [[str(s) for s in p.segments[:-1]] for p in paths]
         c["nics"] = [p.plane for p in paths]  # the NIC (plane) each EV leaves by
-    elif transport == "rc":
+    elif caps.per_plane:
         if not hasattr(spec, "plane_address"):
-            raise EmuError("rc needs a single-DC fabric: its per-plane QP addresses are not "
-                           "routed across DCs (use mrc or dblp)")
+            multi = " or ".join(registry.names(lambda t: t.caps.needs_srv6))
+            raise EmuError(f"{transport} needs a single-DC fabric: its per-plane QP addresses "
+                           f"are not routed across DCs (use {multi})")
         c["src_addr"] = str(spec.plane_address(a, lane))
         c["peer_addr"] = str(spec.plane_address(b, lane))
         c["sport"] = 49152 + conn  # one fixed 5-tuple: ECMP picks the spine
@@ -71,52 +75,34 @@ def placed_exactly(got: bytes | bytearray, ref: bytes, missing: Iterable[int] = 
     return got[start:] == ref[start:] if start else got == ref
 
 
-def make_core(transport: str, conn: int, evs: int, config: dict, seed: int,
-              nics: list[int] | None = None) -> Core:
-    """A core of ``transport`` ("mrc", "rc", "dblp") for one connection; ``nics``: the NIC
-    (plane) of each EV (MRC, DBLP)."""
-    if transport == "mrc":
-        from transports.mrc import MrcConfig, MrcCore
-
-        return MrcCore(conn, evs, MrcConfig(**config), seed, nics=nics)
-    if transport == "rc":
-        from transports.rc import RcConfig, RcCore
-
-        return RcCore(conn, RcConfig(**config), seed)
-    if transport == "dblp":
-        from transports.dblp import DblpCore
-        from transports.mrc import MrcConfig
-
-        return DblpCore(conn, evs, MrcConfig(**config), seed, nics=nics)
-    raise ValueError(f"transport={transport!r} is not a UDP core: use 'mrc', 'rc' or 'dblp'")
-
-
-class AfterGate:
+class AfterGate(Generic[T]):
     """Items that wait for earlier messages to complete (a plan's ``after``: one message
     id or a list of them). ``add`` holds an item until every id it names is ``done``;
     ids already done count as done."""
 
     def __init__(self) -> None:
-        self._waits: dict[int, list[list]] = {}  # msg id -> [item, ids still awaited]
+        # msg id -> (item, ids still awaited): one entry per item, under each id it awaits
+        self._waits: dict[int, list[tuple[T, set[int]]]] = {}
         self._done: set[int] = set()
 
-    def add(self, after: int | list[int] | None, item: object) -> bool:
+    def add(self, after: int | list[int] | None, item: T) -> bool:
         """Hold ``item`` until ``after`` completed; False if there is nothing to wait for."""
-        ids = set() if after is None else {after} if isinstance(after, int) else set(after)
+        ids: set[int] = (set() if after is None else {after} if isinstance(after, int)
+                         else set(after))
         ids -= self._done
         if not ids:
             return False
-        entry = [item, ids]
+        entry = (item, ids)
         for m in ids:
             self._waits.setdefault(m, []).append(entry)
         return True
 
-    def done(self, msg: int) -> list:
+    def done(self, msg: int) -> list[T]:
         """Message ``msg`` completed: the items no longer waiting for anything, in order."""
         self._done.add(msg)
         ready = []
-        for entry in self._waits.pop(msg, ()):
-            entry[1].discard(msg)
-            if not entry[1]:
-                ready.append(entry[0])
+        for item, ids in self._waits.pop(msg, ()):
+            ids.discard(msg)
+            if not ids:
+                ready.append(item)
         return ready

@@ -9,8 +9,8 @@ workloads/calibration_stats.py fits eta and the overhead in RTTs to them.
 from __future__ import annotations
 
 from emu.fabric import Fabric
-from transports import harness
-from transports.harness import Transfer
+from transports.testing import harness
+from transports.testing.harness import Transfer
 from workloads.calibration_samples import TransferSample
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import checked, cpu_use, transport_config

@@ -10,8 +10,8 @@ N uplinks they hash onto.
 from __future__ import annotations
 
 from emu.fabric import Fabric
-from transports import harness
-from transports.harness import Transfer
+from transports.testing import harness
+from transports.testing.harness import Transfer
 from workloads.calibration_samples import LoadSample
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import ECMP, checked, cpu_use, transport_config

@@ -15,8 +15,8 @@ import time
 
 from emu.fabric import Fabric
 from emu.failures import BusiestUplinkDown, LinkDown
-from transports import harness
-from transports.harness import Transfer
+from transports.testing import harness
+from transports.testing.harness import Transfer
 from workloads.calibration_samples import RecoverySample
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import ECMP, checked, cpu_use, transport_config

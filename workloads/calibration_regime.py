@@ -18,17 +18,17 @@ from emu.fabric import Fabric
 from emu.kernel import htb_class
 from emu.srv6 import srh_option
 from topologies import MultiPlaneClos, ScaleAcross
-from transports import harness
-from transports.harness import Transfer
+from transports.core.wire import HEADER_LEN
 from transports.plan import DEFAULT_CONFIG
-from transports.wire import HEADER_LEN
+from transports.testing import harness
+from transports.testing.harness import Transfer
 from workloads.calibration_samples import Regime
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import checked, transport_config
 
 if TYPE_CHECKING:
-    from transports.mrc import MrcConfig
-    from transports.rc import RcConfig
+    from transports.core.mrc import MrcConfig
+    from transports.core.rc import RcConfig
 
 TCP_RTO_MIN_S = 0.2  # Linux's RTO floor (TCP_RTO_MIN), whatever the path
 
@@ -108,16 +108,16 @@ def _set_regime(s: Session, spec: MultiPlaneClos | ScaleAcross, t: str, src: str
 def _rto_floor(transport: str, rtt_s: float) -> float:
     """The RTO floor of a UDP core as the harness configures it, on a path of ``rtt_s``
     (an absolute part and a part in RTTs, transports/rto.py)."""
-    from transports.rto import rto_floor
+    from transports.core.rto import rto_floor
 
     kw: dict[str, Any] = DEFAULT_CONFIG[transport]
     cfg: RcConfig | MrcConfig
     if transport == "rc":
-        from transports.rc import RcConfig
+        from transports.core.rc import RcConfig
 
         cfg = RcConfig(**kw)
     else:
-        from transports.mrc import MrcConfig
+        from transports.core.mrc import MrcConfig
 
         cfg = MrcConfig(**kw)
     return rto_floor(cfg.rto_min, cfg.rto_min_rtts, rtt_s)

@@ -17,9 +17,9 @@ import subprocess
 from emu.errors import EmuError
 from emu.fabric import Fabric
 from emu.microburst import Microburst, MicroburstSpec
-from transports import harness
-from transports.harness import Transfer, TransferResult
-from transports.tcp import TCP_PORT
+from transports.io.tcp import TCP_PORT
+from transports.testing import harness
+from transports.testing.harness import Transfer, TransferResult
 from workloads.calibration_samples import BurstGeometry, RoundsSample
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import checked, cpu_use, transport_config

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from emu.errors import EmuError
-from transports.harness import TransferResult
+from transports.testing.harness import TransferResult
 from workloads.calibration_samples import CpuUse
 
 TCP_CONFIG = {"cc": "cubic"}  # Linux's default (this host's namespaces may default to BBR)

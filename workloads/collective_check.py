@@ -23,7 +23,7 @@ import numpy as np
 from emu import childproto
 from emu.errors import EmuError
 from emu.launch import ChildGroup
-from transports.plan import DEFAULT_CONFIG
+from transports import registry
 from workloads import collectives as col
 from workloads.collective_schedules import all_to_all_recv_len, block_bounds
 from workloads.collective_transpose import transpose_allreduce
@@ -99,7 +99,7 @@ def run_rank(cfg: dict) -> dict:
             drive(col.hierarchical_allreduce(comm, buf, cfg["groups"]), comm)
             out["hierarchical"] = sha(buf)
         if cfg.get("bound"):
-            from transports.bound import LossBound
+            from transports.core.bound import LossBound
 
             buf = x.copy()
             res = drive(transpose_allreduce(comm, buf, bound=LossBound(**cfg["bound"])),
@@ -123,7 +123,7 @@ def check_collectives(fab, transport: str, hosts: list[str], n: int = 20011, see
         for r, h in enumerate(hosts):
             cfg = {"rank": r, "size": len(hosts), "n": n, "seed": seed, "transport": transport,
                    "conns": {str(p): c for p, c in conns[r].items()}, "groups": groups,
-                   "config": DEFAULT_CONFIG.get(transport, {}), "bound": bound}
+                   "config": registry.get(transport).plan_config(), "bound": bound}
             group.spawn(f"rank {r} on {h}",
                         fab.in_netns(h, sys.executable, "-m", "workloads.collective_check"),
                         config=cfg)

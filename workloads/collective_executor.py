@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from transports.bound import LossBound
+from transports.core.bound import LossBound
 from workloads.collective_schedules import Recv, Send, Step
 from workloads.comm import Comm, CommError, Handle
 from workloads.fill import chunk_ranges

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from transports.bound import LossBound
+from transports.core.bound import LossBound
 from workloads.collective_executor import (
     Collective,
     Tally,
@@ -79,7 +79,7 @@ def transpose_allreduce(comm: Comm, buf: np.ndarray, average: bool = False,
 
 def _check_bound(bound: object) -> LossBound | None:
     if bound is not None and not isinstance(bound, LossBound):
-        raise TypeError(f"bound must be a transports.bound.LossBound or None, "
+        raise TypeError(f"bound must be a transports.core.bound.LossBound or None, "
                         f"not {type(bound).__name__}")
     return bound
 

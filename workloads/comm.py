@@ -11,7 +11,7 @@ messages complete in. Both return a ``Handle`` that is done once the transport's
 Collective code never blocks: it is a generator that yields lists of handles
 and is resumed once all of them are done (``drive`` does that for one rank
 with a blocking ``Comm.wait``; the fake-network runner interleaves many
-ranks in virtual time). ``bound`` (a ``transports.dblp.LossBound``) asks for a
+ranks in virtual time). ``bound`` (a ``transports.core.dblp.LossBound``) asks for a
 bounded-loss message; a transport without bounded loss refuses it.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any, Protocol
 
-from transports.api import Completion
+from transports.core.api import Completion
 
 
 class Handle:

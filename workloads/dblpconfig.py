@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from transports.bound import LossBound
+from transports.core.bound import LossBound
 from workloads.collective_schedules import block_bounds
 from workloads.fill import DEFAULT_FILL
 from workloads.phase import (

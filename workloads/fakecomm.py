@@ -1,8 +1,8 @@
-"""Collectives on N ranks over the fake network (``transports.fakenet``), in virtual time.
+"""Collectives on N ranks over the fake network (``transports.testing.fakenet``), in virtual time.
 
 ``FakeCluster(transport, size)`` joins every pair of ranks with one connection of
 the chosen sans-I/O core ("mrc", "rc" or "dblp", built by
-``transports.plan.make_core`` as the real driver builds them), ``evs`` paths
+``transports.registry.make_core`` as the real driver builds them), ``evs`` paths
 per connection, each direction of each path a ``PathSpec`` (loss, reordering,
 duplication, delay, rate) so tests can impair any pair of ranks. Each rank gets
 a ``FakeComm`` (the ``Comm`` protocol of ``workloads.comm``).
@@ -24,13 +24,15 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any, cast
 
-from transports.api import Completion
-from transports.bound import LossBound
-from transports.fakenet import FakeNet, PathSpec
-from transports.plan import make_core
+from transports import registry
+from transports.core.api import Completion
+from transports.core.bound import LossBound
+from transports.registry import make_core
+from transports.testing.fakenet import FakeNet, PathSpec
 from workloads.comm import CommError, Handle
 
-TRANSPORTS = ("mrc", "rc", "dblp")
+# The transports with a userspace core (transports/registry.py): those a fake cluster runs
+TRANSPORTS = registry.names(lambda t: t.core is not None)
 
 # Timers scaled to the fake network's 10 us paths, so that recovering a lost packet costs
 # virtual milliseconds, not the production defaults' tens of milliseconds (the tests of
@@ -75,9 +77,10 @@ class FakeComm:
             return
         if not isinstance(bound, LossBound):
             raise TypeError(f"bound must be a LossBound or None, not {type(bound).__name__}")
-        if not bound.reliable and self.cluster.transport != "dblp":
+        if not bound.reliable and not self.cluster.bounded:
+            use = " or ".join(repr(n) for n in registry.names(lambda t: t.caps.bounded))
             raise CommError(f"transport {self.cluster.transport!r} has no bounded-loss "
-                            f"messages (bound={bound}): use 'dblp'")
+                            f"messages (bound={bound}): use {use}")
 
     def _post(self, kind: str, peer: int, buf: bytes | memoryview,
               bound: LossBound | None) -> Handle:
@@ -91,7 +94,7 @@ class FakeComm:
         h = Handle(peer, kind, memoryview(buf).nbytes, net.now)
         cl.pending[(name, kind, msg)] = h
         # a reliable bound is plain reliable messaging: only DBLP's cores take the argument
-        kw = {"bound": bound} if bound is not None and cl.transport == "dblp" else {}
+        kw = {"bound": bound} if bound is not None and cl.bounded else {}
         if kind == "send":
             txs = core.post_send(msg, buf, net.now, **kw)
         else:
@@ -147,6 +150,7 @@ class FakeCluster:
             raise TypeError(f"path must be a PathSpec or a function (src, dst) -> PathSpec, "
                             f"not {type(spec).__name__}")
         self.transport = transport
+        self.bounded = registry.get(transport).caps.bounded  # its cores take loss bounds
         self.size = size
         self.evs = evs
         self.time_limit = time_limit

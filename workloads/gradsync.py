@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from transports.bound import LossBound
+from transports.core.bound import LossBound
 from workloads import collectives
 from workloads.collective_schedules import block_bounds
 from workloads.collective_transpose import transpose_allreduce

@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from transports.bound import LossBound
+from transports.core.bound import LossBound
 
 
 @dataclass(frozen=True)

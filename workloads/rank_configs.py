@@ -3,13 +3,14 @@
 Its one job: turn an ``Experiment`` (and a run's seed, modelled compute and first gate)
 into the :class:`~workloads.records.WorkerConfig` each rank's worker reads first. The
 ranks' connections are planned here (MRC/DBLP: every SRv6 path of each pair; RC: one
-QP per plane; gloo: none, torch's TCP crosses the fabric on its own), and a
+QP per plane; gloo: none, torch's TCP crosses the fabric on its own), each rank gets the
+transport's settings the experiment resolved (its ``[transport.<name>]`` table), and a
 hierarchical collective gets its groups (the ranks of each DC).
 """
 
 from __future__ import annotations
 
-from transports.plan import DEFAULT_CONFIG
+from transports import registry
 from workloads.experiment import Experiment
 from workloads.records import WorkerConfig
 from workloads.transportcomm import plan_conns
@@ -23,7 +24,10 @@ def worker_configs(exp: Experiment, seed: int, compute_ms: float | None,
     spec = exp.fabric_spec()
     hosts = list(exp.hosts())
     w, t = exp.workload, exp.transport
-    conns = plan_conns(spec, t.name, hosts) if t.name != "gloo" else [{} for _ in hosts]
+    # a transport with a core of ours gets its connections; the kernel's (gloo) none: torch's
+    # TCP crosses the fabric on its own
+    ours = registry.get(t.name).core is not None
+    conns = plan_conns(spec, t.name, hosts) if ours else [{} for _ in hosts]
     groups = None
     if t.collective == "hierarchical":
         by_dc: dict[int, list[int]] = {}
@@ -33,7 +37,7 @@ def worker_configs(exp: Experiment, seed: int, compute_ms: float | None,
     return [WorkerConfig(
         rank=r, size=len(hosts), host=h, addr=str(spec.address(h)),
         master_addr=str(spec.address(hosts[0])), master_port=MASTER_PORT,
-        transport=t.name, transport_config=DEFAULT_CONFIG.get(t.name, {}),
+        transport=t.name, transport_config=t.settings,
         conns={p: tuple(cs) for p, cs in conns[r].items()},
         collective=t.collective or "ring", groups=groups, dblp=t.dblp, kind=w.kind,
         model=w.model, steps=w.steps, batch_size=w.batch_size, microbatches=w.microbatches,

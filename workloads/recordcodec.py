@@ -105,6 +105,11 @@ def _value(tp: Any, v: Any, where: str) -> Any:
             if len(options) < len(typing.get_args(tp)):
                 return None
             raise ValueError(f"{where}: must not be null")
+        if isinstance(v, dict):  # a record: the option whose fields it has (encode writes all)
+            exact = [a for a in options if dataclasses.is_dataclass(a)
+                     and {f.name for f in dataclasses.fields(a)} == set(v)]
+            if len(exact) == 1:
+                return _value(exact[0], v, where)
         errors = []
         for a in options:
             try:

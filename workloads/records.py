@@ -38,7 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # At run time, not only for type checking: the codec resolves WorkerConfig's field
-# types (``dblp: DblpConfig | None``) by name in this module.
+# types (``dblp: DblpConfig | None``, ``transport_config: TransportSettings``) by name in
+# this module.
+from transports import registry
+from transports.registry import TransportSettings
 from workloads.dblpconfig import DblpConfig
 
 __all__ = [
@@ -56,8 +59,10 @@ __all__ = [
 class WorkerConfig:
     """Everything one rank's worker process needs (the first line of its stdin).
 
-    ``conns``: peer rank -> this rank's connection plan entries to it (one per lane;
-    transports.plan.conn_spec's format), empty for gloo. ``groups``: the ranks of
+    ``transport_config``: the transport's settings (transports/registry.py: its own
+    dataclass, as the experiment resolved it). ``conns``: peer rank -> this rank's
+    connection plan entries to it (one per lane; transports.plan.conn_spec's format),
+    empty for gloo. ``groups``: the ranks of
     each DC for the hierarchical all-reduce. ``compute_ms``: the modelled compute
     (data parallel: one step's forward + backward; pipeline: one microbatch's forward +
     backward on one stage), None in measured mode. ``first_gate``: the first step after
@@ -72,7 +77,7 @@ class WorkerConfig:
     master_addr: str
     master_port: int
     transport: str
-    transport_config: Mapping[str, Any] = field(default_factory=dict)
+    transport_config: TransportSettings
     conns: Mapping[int, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
     collective: str = "ring"
     groups: tuple[tuple[int, ...], ...] | None = None
@@ -91,6 +96,13 @@ class WorkerConfig:
     first_gate: int | None = None
     inject_error_at_step: int | None = None
     pg_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        want = registry.get(self.transport).config
+        if type(self.transport_config) is not want:
+            raise ValueError(f"WorkerConfig.transport_config is a "
+                             f"{type(self.transport_config).__name__}: transport "
+                             f"{self.transport!r} takes a {want.__name__}")
 
     @property
     def modelled(self) -> bool:

@@ -14,12 +14,14 @@ import threading
 import time
 from typing import Any
 
-from transports.api import Completion
-from transports.endpoint import Endpoint
+from transports import registry
+from transports.core.api import Completion
+from transports.io.endpoint import Endpoint
 from transports.plan import conn_spec
 from workloads.comm import CommError, Handle
 
-UDP_TRANSPORTS = ("mrc", "rc", "dblp")
+# The transports a Comm runs on: those with a userspace core (transports/registry.py)
+UDP_TRANSPORTS = registry.names(lambda t: t.core is not None)
 
 
 def conn_id(a: int, b: int, size: int, lane: int = 0) -> int:
@@ -32,7 +34,7 @@ def plan_conns(spec, transport: str, hosts: list[str]) -> list[dict[int, list[di
     """Per rank: peer rank -> its connections' plan entries (one per lane)."""
     if transport not in UDP_TRANSPORTS:
         raise ValueError(f"transport={transport!r}: a Comm needs one of {UDP_TRANSPORTS}")
-    lanes = spec.planes if transport == "rc" else 1
+    lanes = spec.planes if registry.get(transport).caps.per_plane else 1
     size = len(hosts)
     return [{peer: [conn_spec(spec, transport, hosts[r], hosts[peer],
                               conn_id(r, peer, size, lane), lane) for lane in range(lanes)]
@@ -43,10 +45,14 @@ class TransportComm:
     """One rank's ``Comm`` on an ``Endpoint`` (see the module docstring)."""
 
     def __init__(self, transport: str, rank: int, size: int, conns: dict[int, list[dict]],
-                 config: dict | None = None, seed: int = 0, stall_s: float = 120.0) -> None:
+                 config: Any = None, seed: int = 0, stall_s: float = 120.0) -> None:
         if not stall_s > 0:
             raise ValueError(f"stall_s={stall_s!r}: must be > 0 seconds")
         self.transport = transport
+        decl = registry.get(transport)
+        # its settings (a plan's config dict, or settings already): typed from here on
+        settings = decl.from_plan(config or {})
+        self.bounded = decl.caps.bounded
         # a wait with no completion on this rank for stall_s raises with every connection's
         # state: far beyond any transport's give-up time (RC's give_up_s, MRC's retries)
         self.stall_s = float(stall_s)
@@ -56,9 +62,9 @@ class TransportComm:
         # send would otherwise leave its peer's receive, and the whole group, waiting)
         self.failure: str | None = None
         self.rank, self.size = rank, size
-        self.mtu_payload = int((config or {}).get("mtu_payload", 8000))
+        self.mtu_payload = int(settings.mtu_payload)
         self.lanes = {int(p): [c["conn"] for c in cs] for p, cs in conns.items()}
-        self.endpoint = Endpoint(transport, [c for cs in conns.values() for c in cs], config,
+        self.endpoint = Endpoint(transport, [c for cs in conns.values() for c in cs], settings,
                                  seed)
         self._next = {(p, k): 1 for p in self.lanes for k in ("send", "recv")}
         self._cond = threading.Condition()
@@ -77,8 +83,9 @@ class TransportComm:
     def _check(self, peer: int, bound: Any) -> None:
         if peer not in self.lanes:
             raise ValueError(f"peer={peer!r} is not another rank of 0..{self.size - 1}")
-        if bound is not None and self.transport != "dblp":
-            raise ValueError(f"a bounded-loss message needs transport 'dblp', not "
+        if bound is not None and not self.bounded:
+            bounded = " or ".join(repr(n) for n in registry.names(lambda t: t.caps.bounded))
+            raise ValueError(f"a bounded-loss message needs transport {bounded}, not "
                              f"{self.transport!r}")
 
     def _post(self, kind: str, peer: int, data: memoryview, bound: Any) -> Handle:

@@ -47,6 +47,7 @@ import time
 import traceback
 
 from emu import childproto
+from transports import registry
 from workloads.recordcodec import decode, encode
 from workloads.records import (
     Done,
@@ -97,8 +98,8 @@ def _comm(cfg: WorkerConfig):
     from workloads.transportcomm import TransportComm
 
     conns = {p: [dict(c) for c in cs] for p, cs in cfg.conns.items()}
-    return TransportComm(cfg.transport, cfg.rank, cfg.size, conns,
-                         dict(cfg.transport_config), cfg.seed)
+    return TransportComm(cfg.transport, cfg.rank, cfg.size, conns, cfg.transport_config,
+                         cfg.seed)
 
 
 def wait_start(rank: int) -> float:
@@ -168,7 +169,8 @@ def run_data_parallel(cfg: WorkerConfig) -> None:
     model, task = build(cfg.model, cfg.seed)
     shards = task.shards(rank, size, cfg.batch_size)
     pg = _gloo_group(cfg)
-    comm = None if cfg.transport == "gloo" else _comm(cfg)
+    # the kernel's transport (gloo) runs torch's own all-reduce: no Comm of ours
+    comm = None if registry.get(cfg.transport).core is None else _comm(cfg)
     sync = GradSync("gloo" if comm is None else "transport", size, comm=comm, pg=pg,
                     collective=cfg.collective, groups=cfg.groups, dblp=cfg.dblp)
     pacer = Pacer(cfg)

@@ -1,6 +1,6 @@
 """Claim 2 (MRC): spraying removes flow collisions.
 
-On the transport bench's fabric (`transports.bench.bench_spec`: 2 planes x 4 spines x 4
+On the transport bench's fabric (`commands.bench.transport.bench_spec`: 2 planes x 4 spines x 4
 racks), a permutation (each host to its counterpart on the next rack) and an all-to-all
 across racks (each host to every host of the other racks, its bytes split evenly), each
 host sending the same bytes in both, run with MRC, RC over ECMP and kernel TCP,
@@ -76,10 +76,10 @@ KIND = SprayingKind()
 
 def _measure(p: Mapping[str, Any], ctx: ClaimContext) -> dict[str, Any]:
     """Every repetition of every pattern and system, interleaved, on one fabric."""
+    from commands.bench.transport import bench_spec, payload_efficiency
     from emu.fabric import Fabric
     from topologies.timescale import time_scale
-    from transports.bench import bench_spec, payload_efficiency
-    from transports.harness import Transfer, run_transfers
+    from transports.testing.harness import Transfer, run_transfers
     from workloads.calibration_transfers import transport_config
 
     spec = bench_spec(float(p["rate_mbit"]), hosts_per_leaf=int(p["hosts_per_leaf"]),

@@ -15,9 +15,11 @@ connection is hashed onto one spine:
   downlinks, destination NICs) gives E[ideal time / bottleneck time]. Also an upper
   bound: it assumes fair sharing and no loss.
 
-RC opens one connection per plane per host pair (a QP per NIC, half the bytes each),
-each hashed onto one of its plane's spines; kernel TCP opens one connection per pair,
-hashed onto one (plane, spine) of all of them.
+A transport with one connection per plane (RC: a QP per NIC, half the bytes each) has
+each hashed onto one of its plane's spines; one with a single connection per pair (kernel
+TCP) has it hashed onto one (plane, spine) of all of them. Which is which is the
+transport's capability (transports/registry.py ``per_plane``), not its name; a
+transport that sprays (``multipath``) is not hashed at all.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from transports import registry
 from workloads.calibration_stats import balls_into_bins
 
 PATTERNS = ("permutation", "all_to_all")
@@ -61,21 +64,28 @@ def pairs(pattern: str, clos: Clos) -> list[tuple[int, int]]:
     raise ValueError(f"pattern {pattern!r} is invalid: must be one of {', '.join(PATTERNS)}")
 
 
+def _hashed(system: str) -> registry.Capabilities:
+    """``system``'s capabilities, if ECMP hashes its connections (ValueError otherwise)."""
+    hashed = registry.names(lambda t: t.caps.transfers and not t.caps.multipath)
+    if system not in hashed:
+        raise ValueError(f"system {system!r} is not hashed by ECMP: must be "
+                         f"{' or '.join(hashed)}")
+    return registry.get(system).caps
+
+
 def lanes(system: str, clos: Clos) -> int:
-    """Connections per host pair: one per plane for RC, one for TCP."""
-    if system == "rc":
-        return clos.planes
-    if system == "tcp":
-        return 1
-    raise ValueError(f"system {system!r} is not hashed by ECMP: must be rc or tcp")
+    """Connections per host pair: one per plane (RC), else one (TCP)."""
+    return clos.planes if _hashed(system).per_plane else 1
 
 
 def occupancy(pattern: str, system: str, clos: Clos) -> float:
     """The balls-into-bins expectation (module docstring) as a fraction of the ideal."""
     per_leaf = sum(1 for s, _ in pairs(pattern, clos) if clos.leaf(s) == 0)
     n_lanes = lanes(system, clos)
-    # RC: F = per_leaf connections of one plane onto its spines; TCP: onto all of them
-    f, n = (per_leaf, clos.spines) if system == "rc" else (per_leaf, clos.planes * clos.spines)
+    # per plane (RC): F = per_leaf connections of one plane onto its spines; else (TCP):
+    # onto all of them
+    f, n = ((per_leaf, clos.spines) if _hashed(system).per_plane
+            else (per_leaf, clos.planes * clos.spines))
     occupied = balls_into_bins(f, n) * min(f, n)
     # a TCP connection uses one NIC: a host with fewer connections than NICs idles some
     usable = min(1.0, per_leaf * n_lanes / (clos.hosts_per_leaf * clos.planes))
@@ -114,7 +124,7 @@ def completion(pattern: str, system: str, clos: Clos, *, samples: int = 4000,
     dst = np.repeat(np.array([b for _, b in ps]), n_lanes)
     size = np.full(src.shape, 1.0 / n_lanes)
     shape = (samples, src.size)
-    if system == "rc":
+    if _hashed(system).per_plane:  # a connection per plane, each on its own
         plane = np.broadcast_to(np.tile(np.arange(clos.planes), len(ps)), shape)
     else:
         plane = rng.integers(0, clos.planes, shape)

@@ -10,21 +10,16 @@ from typing import Any
 
 from commands.reproduce.claim import ClaimContext
 
-# `emu bench dblp`'s fabric (workloads/bench_dblp.py SPEC), as an experiment's [fabric]
+# `emu bench dblp`'s fabric (commands/bench/dblp.py SPEC), as an experiment's [fabric]
 FABRIC = {"planes": 2, "spines": 4, "leaves": 4, "hosts_per_leaf": 3, "rate_mbit": 100.0,
           "queue_packets": 16}
-# the training bench's phase-aware settings for the LM (workloads/bench_training.py)
+# the training bench's phase-aware settings for the LM (commands/bench/training.py)
 PHASE = {"base": 0.1, "cap": 0.3, "critical_epochs": 0, "window": 10, "eta": 0.5}
 
 
 def measure(p: Mapping[str, Any], ctx: ClaimContext) -> dict[str, Any]:
     """Every measurement of the claim; the record."""
-    from commands.reproduce import dblp_rounds as dr
-    from commands.reproduce import dblp_training as dt
-    from emu.errors import require_root
-    from emu.fabric import Fabric
-    from topologies.timescale import time_scale
-    from workloads.bench_dblp import (
+    from commands.bench.dblp import (
         BURST_EVERY_MS,
         BURST_ON_MS,
         DST,
@@ -36,6 +31,11 @@ def measure(p: Mapping[str, Any], ctx: ClaimContext) -> dict[str, Any]:
         tcp_sport,
         wire_sized_tcp,
     )
+    from commands.reproduce import dblp_rounds as dr
+    from commands.reproduce import dblp_training as dt
+    from emu.errors import require_root
+    from emu.fabric import Fabric
+    from topologies.timescale import time_scale
     from workloads.dblpconfig import CHUNK_BYTES, block_chunks
     from workloads.experiment import parse_fabric
     from workloads.experiment.blocks import model_values

@@ -3,7 +3,7 @@ round of `emu bench dblp`) between two hosts, per system, through one impairment
 
 Systems: reliable MRC, kernel TCP (Linux as it is: 200 ms RTO floor), an MLT-style fixed
 tolerance, and DBLP with its phase-aware tolerance over the late phase of a training-like
-schedule (workloads/bench_dblp.py's ``late_phase``). Settings:
+schedule (commands/bench/dblp.py's ``late_phase``). Settings:
 
 * ``cross_dc``: two DCs joined by lossy long-haul links (the userspace delay line's own
   random loss, each direction), one fabric per loss rate, the one-way delay set at run
@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from commands.bench.dblp import late_phase, p99, round_transfers
 from emu.fabric import Fabric
-from transports.harness import TransferResult, run_transfers
-from workloads.bench_dblp import late_phase, p99, round_transfers
+from transports.testing.harness import TransferResult, run_transfers
 
 SYSTEMS = ("mrc", "tcp", "mlt", "dblp")
 LABELS = {"mrc": "reliable MRC", "tcp": "kernel TCP", "mlt": "MLT-style fixed tolerance",
@@ -151,7 +151,7 @@ def bursts(fab: Fabric, setting: str, systems: Sequence[str], reps: int, plan: R
            tcp_config: dict, say: Callable[[str], None]) -> list[dict]:
     """The bench's microbursts of ``setting`` (one_path, all_paths), the rounds through
     them, by the bench's own functions; each row has ``burst_drops``."""
-    from workloads.bench_dblp import setting_rounds
+    from commands.bench.dblp import setting_rounds
 
     def one(system: str, rep: int) -> dict:
         transport, bounds = plan.bounds(system)

@@ -1,6 +1,6 @@
 """Claim 3's training comparison: the tiny LM through microbursts for the whole run.
 
-The training bench's LM setting (workloads/bench_training.py): 4 workers, the transpose
+The training bench's LM setting (commands/bench/training.py): 4 workers, the transpose
 all-reduce, microbursts onto a worker's port on both planes for the whole run, modelled
 compute calibrated on the fabric, repetitions interleaved on one fabric. Systems:
 reliable MRC and DBLP phase-aware (error feedback), as the bench; gloo/TCP (the paper's

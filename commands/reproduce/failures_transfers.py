@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from commands.bench.transport import longest_stall
 from emu.errors import EmuError
 from emu.fabric import Fabric
 from emu.failures import (
@@ -31,8 +32,7 @@ from emu.failures import (
     SwitchDown,
 )
 from topologies import MultiPlaneClos, Role
-from transports.bench import longest_stall
-from transports.harness import Transfer, TransferResult, run_transfers
+from transports.testing.harness import Transfer, TransferResult, run_transfers
 from workloads.calibration_regime import rtt_probe
 
 KINDS = ("link_cut", "spine_down", "plane_down", "flap", "gray")

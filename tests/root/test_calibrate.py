@@ -33,8 +33,8 @@ def test_tiny_calibration_writes_a_consistent_v2_record(tmp_path):
     assert eta["lo"] <= eta["value"] <= eta["hi"]
     assert mrc["regime"]["binding"] == "host_nic"
     # The floor the core runs with on this path: an absolute part and one in RTTs.
-    from transports.mrc import MrcConfig
-    from transports.rto import rto_floor
+    from transports.core.mrc import MrcConfig
+    from transports.core.rto import rto_floor
 
     c = MrcConfig()
     assert mrc["regime"]["rto_floor_s"] == pytest.approx(

@@ -24,9 +24,9 @@ from emu.registry import pid_alive
 from emu.srv6 import pin_socket
 from topologies import MultiPlaneClos
 from topologies.errors import TopologyError
-from transports import wire
-from transports.scapy_layer import SaeTransport
-from transports.scapy_layer import read_pcap as decode
+from transports.core import wire
+from transports.core.scapy_layer import SaeTransport
+from transports.core.scapy_layer import read_pcap as decode
 
 from .ctlnoise import wait_for
 

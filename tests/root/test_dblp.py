@@ -7,7 +7,7 @@ import pytest
 from emu.fabric import Fabric
 from emu.microburst import Microburst, MicroburstSpec
 from topologies import LinkSpec, MultiPlaneClos
-from transports.harness import Transfer, run_transfers
+from transports.testing.harness import Transfer, run_transfers
 
 pytestmark = pytest.mark.root
 

@@ -16,7 +16,7 @@ import os
 import pytest
 
 from emu.fabric import Fabric
-from transports.soak import SOAK_SPEC, run_soak
+from transports.testing.soak import SOAK_SPEC, run_soak
 
 pytestmark = pytest.mark.root
 

@@ -118,8 +118,8 @@ def test_two_workers_follow_the_single_process_loss_curve(fab, tmp_path, transpo
 
 
 def test_a_captured_run_has_a_pcap_per_port_that_decodes_on_its_clock(fab, tmp_path):
-    from transports import wire
-    from transports.scapy_layer import SaeTransport, read_pcap
+    from transports.core import wire
+    from transports.core.scapy_layer import SaeTransport, read_pcap
     from workloads.variants import Variant, run_variants
 
     exp = _digits_exp("mrc", 2, 6)
@@ -379,7 +379,7 @@ def test_bad_transport_for_pipeline_is_refused():
 def test_ring_allreduce_bench_is_exact_and_near_its_bound_for_every_transport(fab):
     """The all-reduce bench on this fabric: every rank's buffer is the exact sum for MRC,
     RC and gloo, and each iteration is no faster than the ring's bandwidth bound."""
-    from workloads.bench_allreduce import bench_allreduce
+    from commands.bench.allreduce import bench_allreduce
 
     res = bench_allreduce(fab, ["h0", "h3"], sizes=(256 << 10,), reps=1)
     (size,) = res["sizes"].values()

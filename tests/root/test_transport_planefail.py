@@ -17,7 +17,7 @@ import pytest
 from emu.fabric import Fabric
 from emu.failures import PlaneDown
 from topologies import MultiPlaneClos
-from transports.harness import Transfer, run_transfers
+from transports.testing.harness import Transfer, run_transfers
 
 from .burstnoise import CpuWakeups, conclusive, excused, held_back
 from .ctlnoise import loop_gap

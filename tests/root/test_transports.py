@@ -11,7 +11,7 @@ from emu.counters import interface_packets
 from emu.fabric import Fabric
 from emu.failures import LinkDown
 from topologies import MultiPlaneClos
-from transports.harness import Transfer, run_transfers
+from transports.testing.harness import Transfer, run_transfers
 
 from .burstnoise import CpuWakeups, conclusive, excused, held_back
 
@@ -128,7 +128,7 @@ def test_driver_cpu_accounting_and_the_bare_path(fab):
     """Each driver reports its loop's CPU (user + system, less checking the bytes), its
     wall time and wake-ups; the bare path delivers every datagram it paced out, over the
     SRH of the pair's first path, whose first spine carries them."""
-    from transports.bench_cpu import bare_path, driver_cpu
+    from commands.bench.cpu import bare_path, driver_cpu
 
     r = run_transfers(fab, "mrc", [Transfer(SRC, DST, 2 << 20)])
     assert r.ok
@@ -153,7 +153,7 @@ def test_bare_permutation_delivers_what_it_offers(fab):
     """The kernel-alone reference of the permutation bench: each NIC paced at its line
     rate on a path of its plane delivers every datagram, and the machine's CPU per
     datagram is reported."""
-    from transports.bench_cpu import bare_permutation
+    from commands.bench.cpu import bare_permutation
 
     spines = {s.name: interface_packets(fab.kernels[s.name])["l1"][1] for s in SPEC.spine_nodes}
     k = bare_permutation(fab, [(SRC, DST)], payload=8000, seconds=0.5)

@@ -3,7 +3,7 @@ and the check that every message arrived byte-exact at both ends."""
 
 import random
 
-from transports.fakenet import FakeNet
+from transports.testing.fakenet import FakeNet
 
 
 def connect_pair(a, b, specs, seed):

@@ -62,7 +62,17 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
                                    # gloo: "ring" only (its own all-reduce);
                                    # not allowed for pipelines (activations go point to point)
 
-    [transport.dblp]               # only with name = "dblp" (optional there)
+    [transport.mrc]                # the chosen transport's own table, optional; a table of
+    rto_max = 1.0                  # another transport is refused. Any field of its settings
+    selector = "bitmap"            # dataclass (transports/registry.py: MrcConfig, RcConfig,
+    [transport.mrc.nscc]           # DblpCoreConfig, GlooConfig), each checked by its rule
+    target_frac = 0.5              # (an unknown key lists the valid ones); defaults: the
+                                   # registry's run defaults (rto_max = 2.0 for mrc, rc, dblp;
+                                   # rc: aimd = true), the rest the dataclass's
+
+    [transport.dblp]               # only with name = "dblp" (optional there): DBLP's
+                                   # settings (as [transport.mrc]'s, and linger_s) and its
+                                   # tolerance policy:
     policy = "phase_aware"         # "phase_aware" | "fixed" | "optireduce"
     fill = "error_feedback"        # workloads.fill.FILLS
     tolerance = 0.05               # fixed only: 0.05; in [0, 1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from workloads.dblpconfig import BlockTooSmall, DblpConfig, check_block
+from workloads.dblpconfig import CHUNK_BYTES, BlockTooSmall, DblpConfig, check_block
 from workloads.experiment.config import WorkloadConfig
 from workloads.experiment.reader import Table
 
@@ -33,10 +33,12 @@ def model_values(model: str) -> int:
         return count_parameters(build(model, 0, deterministic=False)[0])
 
 
-def check_dblp_blocks(t: Table, dblp: DblpConfig, workload: WorkloadConfig) -> None:
+def check_dblp_blocks(t: Table, dblp: DblpConfig, workload: WorkloadConfig,
+                      chunk_bytes: int = CHUNK_BYTES) -> None:
     """EmuError naming ``t``'s key (``transport.dblp.<key>``) when ``dblp``'s largest
-    tolerance lets none of the workload's blocks' chunks go (module docstring).
-    Pipelines exchange activations, not transpose blocks: not checked."""
+    tolerance lets none of the workload's blocks' chunks (``chunk_bytes`` each: the
+    transport's ``mtu_payload``) go (module docstring). Pipelines exchange activations,
+    not transpose blocks: not checked."""
     if workload.kind != "data_parallel":
         return
     largest = dblp.largest_tolerance(lr_decays=workload.lr_schedule != "constant")
@@ -44,7 +46,7 @@ def check_dblp_blocks(t: Table, dblp: DblpConfig, workload: WorkloadConfig) -> N
         return
     key, tolerance = largest
     try:
-        check_block(tolerance, model_values(workload.model), workload.workers,
+        check_block(tolerance, model_values(workload.model), workload.workers, chunk_bytes,
                     what=f"the {workload.model} model")
     except BlockTooSmall as e:
         t.fail(key, str(e), tolerance)

@@ -20,6 +20,7 @@ from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross
 from topologies.addressing import MAX_SCALEACROSS_DCS
 from topologies.routing import ECMP_MODES, EcmpMode
 from topologies.validate import InvalidValue, check_int
+from transports import registry
 from workloads.dblpconfig import DblpConfig
 from workloads.experiment.placement import default_placement
 from workloads.experiment.timeline import script_events
@@ -31,7 +32,8 @@ __all__ = [
     "field_default",
 ]
 
-TRANSPORTS = ("mrc", "rc", "dblp", "gloo")
+# The transports a training job may use, in the registry's order (transports/registry.py)
+TRANSPORTS = registry.names(lambda t: t.caps.training)
 COLLECTIVES = ("ring", "transpose", "hierarchical")
 KINDS = ("data_parallel", "pipeline")
 MODELS = ("digits_cnn", "tiny_lm")
@@ -139,11 +141,26 @@ class FabricConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TransportConfig:
-    """The ``[transport]`` table. ``collective`` is None for pipelines (no collective)."""
+    """The ``[transport]`` table and the chosen transport's own, ``[transport.<name>]``.
+
+    ``collective`` is None for pipelines (no collective); ``dblp`` the bounded-loss
+    policy (a bounded transport's table: policy keys); ``settings`` the transport's
+    settings (transports/registry.py: its dataclass, its run defaults with the table's
+    keys applied; None here means those defaults).
+    """
 
     name: str = "mrc"
     collective: str | None = "ring"
     dblp: DblpConfig | None = None
+    settings: Any = None
+
+    def __post_init__(self) -> None:
+        decl = registry.get(self.name)
+        if self.settings is None:
+            object.__setattr__(self, "settings", decl.defaults)
+        elif type(self.settings) is not decl.config:
+            raise TypeError(f"TransportConfig.settings is a {type(self.settings).__name__}: "
+                            f"transport {self.name!r} takes a {decl.config.__name__}")
 
 
 @dataclass(frozen=True, kw_only=True)

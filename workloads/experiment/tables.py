@@ -1,5 +1,6 @@
 """The rules of each table of an experiment file: ``[fabric]``, ``[workload]``,
-``[transport]`` and ``[transport.dblp]``, each read into its dataclass.
+``[transport]`` and the chosen transport's own ``[transport.<name>]`` (its settings,
+and for dblp its tolerance policy too), each read into its dataclass.
 
 Defaults come from the dataclass that owns them (config.py :func:`field_default`). The
 fabric's bounds are not restated: :class:`~workloads.experiment.config.FabricConfig`
@@ -17,6 +18,8 @@ from typing import Any
 from emu.errors import EmuError
 from topologies import MultiPlaneClos, Role, ScaleAcross, TopologyError
 from topologies.validate import InvalidValue, number_rule
+from transports import registry
+from transports.core.knobs import UnknownKey
 from workloads.dblpconfig import POLICIES, DblpConfig
 from workloads.experiment import limits
 from workloads.experiment.blocks import check_dblp_blocks
@@ -47,10 +50,14 @@ __all__ = ["DBLP", "FABRIC", "PHASE_FIELDS", "TRANSPORT", "WORKLOAD", "fabric", 
 Spec = MultiPlaneClos | ScaleAcross
 
 FABRIC = tuple(f.name for f in dataclasses.fields(FabricConfig))
-TRANSPORT = ("name", "collective", "dblp")
+# [transport]'s keys: its own, and one table per transport ([transport.<name>])
+TRANSPORT = ("name", "collective", *TRANSPORTS)
 PHASE_FIELDS = tuple(f.name for f in dataclasses.fields(PhaseAwareConfig))
+# the bounded-loss policy's keys, in a bounded transport's table besides its settings
 DBLP = ("policy", "fill", "tolerance", *PHASE_FIELDS, "deadline_ms", "margin_ms",
         "bounded_gather")
+assert not {k for n in registry.names(lambda t: t.caps.bounded)
+            for k in registry.get(n).keys()} & set(DBLP), "a policy key is also a setting"
 WORKLOAD = ("kind", "model", "workers", "hosts", "steps", "batch_size", "microbatches", "lr",
             "lr_schedule", "target_accuracy", "target_loss", "eval_every", "compute",
             "compute_ms", "allow_overruns")
@@ -188,49 +195,84 @@ def _check_hosts(t: Table, hosts: tuple[str, ...], workers: int, spec: Spec) -> 
 
 
 # --------------------------------------------------------------------------------------
-# [transport] and [transport.dblp]
+# [transport] and [transport.<name>]
 # --------------------------------------------------------------------------------------
 
 
 def transport(t: Table, fabric: FabricConfig, workload: WorkloadConfig,
               spec: Spec) -> TransportConfig:
-    """The ``[transport]`` table, checked against the fabric and the workload."""
+    """The ``[transport]`` table, checked against the fabric and the workload, and the
+    chosen transport's own ``[transport.<name>]`` (what it can do decides: the registry's
+    capabilities, transports/registry.py)."""
     name = t.get_str("name", field_default(TransportConfig, "name"), TRANSPORTS)
+    decl = registry.get(name)
     pipeline = workload.kind == "pipeline"
-    if name == "rc" and fabric.dcs > 1:
-        t.fail("name", "rc runs one QP per plane from per-plane host addresses, which only "
-               "single-DC fabrics route: use mrc, dblp or gloo across DCs", name)
-    if pipeline and name == "gloo":
-        t.fail("name", "gloo is not available for pipelines (they run over our transports: "
-               "mrc, rc or dblp)", name)
-    if name != "dblp":
-        why = "gloo has no bounded loss" if name == "gloo" else f"name = {name!r}"
-        t.refuse("dblp", f"with transport.name = {name!r} ([transport.dblp] is for dblp only: "
-                 f"{why})")
+    if not decl.caps.cross_dc and fabric.dcs > 1:
+        t.fail("name", f"{name} runs one QP per plane from per-plane host addresses, which "
+               "only single-DC fabrics route: use "
+               f"{_or(registry.names(lambda o: o.caps.training and o.caps.cross_dc))} "
+               "across DCs", name)
+    if pipeline and decl.core is None:
+        ours = registry.names(lambda o: o.caps.training and o.core is not None)
+        t.fail("name", f"{name} is not available for pipelines (they run over our "
+               f"transports: {_or(ours)})", name)
+    for other in TRANSPORTS:  # a table of another transport would be ignored: refused
+        if other != name:
+            o = registry.get(other)
+            why = (f"{name} has no bounded loss" if o.caps.bounded and decl.caps.kernel
+                   else f"name = {name!r}")
+            t.refuse(other, f"with transport.name = {name!r} ([transport.{other}] is for "
+                     f"{other} only: {why})")
     collective: str | None
     if pipeline:
         t.refuse("collective", "with workload.kind = 'pipeline' (stages exchange activations "
                  "point to point; there is no collective)")
         collective = None
     else:
-        collective = t.get_str("collective", DBLP_COLLECTIVE if name == "dblp"
+        collective = t.get_str("collective", DBLP_COLLECTIVE if decl.caps.bounded
                                else field_default(TransportConfig, "collective"), COLLECTIVES)
-        _check_collective(t, name, collective, fabric, workload, spec)
+        _check_collective(t, decl, collective, fabric, workload, spec)
     dblp = None
-    if name == "dblp":
-        dt = t.table("dblp", DBLP)
-        dblp = _dblp(dt)
-        check_dblp_blocks(dt, dblp, workload)
-    return TransportConfig(name=name, collective=collective, dblp=dblp)
+    if decl.caps.bounded:  # its table holds the tolerance policy besides its settings
+        own = t.table(name, DBLP + decl.keys())
+        dblp = _dblp(own)
+        settings = _settings(own, decl, skip=DBLP)
+        check_dblp_blocks(own, dblp, workload, settings.mtu_payload)  # chunks are packets
+    else:
+        own = t.table(name, decl.keys())
+        settings = _settings(own, decl)
+    return TransportConfig(name=name, collective=collective, dblp=dblp, settings=settings)
 
 
-def _check_collective(t: Table, name: str, collective: str | None, fabric: FabricConfig,
-                      workload: WorkloadConfig, spec: Spec) -> None:
-    if name == "dblp" and collective != DBLP_COLLECTIVE:
-        t.fail("collective", f"must be {DBLP_COLLECTIVE!r} with transport.name = 'dblp' "
+def _or(names: tuple[str, ...]) -> str:
+    """``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _settings(t: Table, decl: registry.Transport, skip: tuple[str, ...] = ()) -> Any:
+    """The transport's settings: its run defaults with the table's keys (but ``skip``)
+    applied, each checked by its settings dataclass (transports/core/knobs.py)."""
+    data = {k: v for k, v in t.data.items() if k not in skip}
+    try:
+        return decl.settings(data)
+    except UnknownKey as e:  # (a nested table's: the table's own keys were checked)
+        inner = t.key(e.key).rsplit(".", 1)[0]
+        raise EmuError(f"{t.where}: unknown key {t.key(e.key)!r} in [{inner}]; valid keys: "
+                       f"{', '.join(e.valid)}") from None
+    except InvalidValue as e:
+        t.fail(e.name, f"must be {e.rule}", e.value)
+    except ValueError as e:  # a rule between keys (rto_min <= rto_max)
+        raise EmuError(f"{t.where}: [{t.path}]: {e}") from None
+
+
+def _check_collective(t: Table, decl: registry.Transport, collective: str | None,
+                      fabric: FabricConfig, workload: WorkloadConfig, spec: Spec) -> None:
+    name = decl.name
+    if decl.caps.bounded and collective != DBLP_COLLECTIVE:
+        t.fail("collective", f"must be {DBLP_COLLECTIVE!r} with transport.name = {name!r} "
                "(bounded-loss rounds need every chunk to travel one hop)", collective)
-    if name == "gloo" and collective != "ring":
-        t.fail("collective", "must be 'ring' with transport.name = 'gloo' (gloo runs "
+    if decl.caps.own_collective and collective != "ring":
+        t.fail("collective", f"must be 'ring' with transport.name = {name!r} ({name} runs "
                "its own all-reduce)", collective)
     if collective != "hierarchical":
         return

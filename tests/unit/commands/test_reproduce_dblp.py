@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
+from commands.bench.dblp import p99
 from commands.reproduce import claim_dblp as cd
 from commands.reproduce import dblp_report as rep
 from commands.reproduce.claim import ClaimContext, ClaimSpecError
 from commands.reproduce.dblp_rounds import RoundPlan
 from commands.reproduce.dblp_training import late_tolerance, transports
 from commands.reproduce.spec import CLAIMS_DIR, parse
-from workloads.bench_dblp import p99
 from workloads.dblpconfig import BlockTooSmall, block_chunks, check_block, droppable_chunks
 
 

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from commands.bench.transport import longest_stall
 from commands.reproduce import claim_failures as cf
 from commands.reproduce.claim import ClaimContext, ClaimSpecError
 from commands.reproduce.failures_project import FullScale, project
 from commands.reproduce.failures_transfers import TransferRun
 from commands.reproduce.spec import CLAIMS_DIR, parse
 from emu.errors import EmuError
-from transports.bench import longest_stall
 
 FS = FullScale(rtt_s=8e-6, convergence_s=0.4, rto_s={"rc": 1.074, "tcp": 0.2},
                interruption_s=1020.0)

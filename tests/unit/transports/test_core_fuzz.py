@@ -17,12 +17,13 @@ import random
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from transports.dblp import DblpCore
-from transports.fakenet import FakeNet, PathSpec
-from transports.hostile import hostile
-from transports.lossdetect import MAX_BLAME, MAX_TAIL_PROBES
-from transports.mrc import MrcConfig, MrcCore
-from transports.rc import RcConfig, RcCore
+from transports.core.dblp import DblpCore
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.mrc.blame import MAX_BLAME
+from transports.core.mrc.probes import MAX_TAIL_PROBES
+from transports.core.rc import RcConfig, RcCore
+from transports.testing.fakenet import FakeNet, PathSpec
+from transports.testing.hostile import hostile
 
 CONN = 7
 EVS = 4
@@ -93,9 +94,9 @@ def test_reliable_delivery_survives_loss_and_hostile_datagrams(kind, sizes, loss
     for core in (a, b):
         if kind == "rc":
             continue
-        assert not core.snd.inflight and core.snd.bytes_in_flight == 0
+        assert not core.inflight and core.bytes_in_flight == 0
         assert len(core.loss.blame) <= MAX_BLAME
-        assert len(core.loss.tail_probes) <= MAX_TAIL_PROBES
+        assert len(core.loss.probes.tail_probes) <= MAX_TAIL_PROBES
         assert len(core.paths.events) <= core.paths.events.maxlen
         unposted = [m for m, r in core.reasm.msgs.items() if not r.posted]
         assert core.reasm.unposted_bytes <= core.cfg.unposted_limit, unposted

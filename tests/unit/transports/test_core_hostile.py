@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from transports import wire
-from transports.dblp import DblpCore, LossBound
-from transports.driver_sockets import Conn, HostSockets
-from transports.message import UNPOSTED_MSG_COST, Reassembly
-from transports.mrc import MrcConfig, MrcCore
-from transports.wire import ACK, DATA, FLAG_SACK, FLAG_STOP, HEADER_LEN, pack_header
+from transports.core import wire
+from transports.core.dblp import DblpCore, LossBound
+from transports.core.message import UNPOSTED_MSG_COST, Reassembly
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.wire import ACK, DATA, FLAG_SACK, FLAG_STOP, HEADER_LEN, pack_header
+from transports.io.sockets import Conn, HostSockets
 
 CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, probe_min=200e-6, probe_max=5e-3,
                 max_retries=3, give_up_s=0.5)
@@ -50,7 +50,7 @@ def test_an_early_stop_applies_only_to_its_bounded_round_of_that_length():
 
 
 def test_early_stops_are_bounded():
-    from transports.dblp_send import MAX_EARLY_STOPS
+    from transports.core.dblp.send import MAX_EARLY_STOPS
     a = DblpCore(CONN, 4, CFG, 1)
     for msg in range(3 * MAX_EARLY_STOPS):
         a.on_packet(stop(msg, 100, b"\x00"), 0.0)

@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from transports import wire
-from transports.dblp import DblpCore, LossBound
-from transports.fakenet import PathSpec
-from transports.mrc import MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.dblp import DblpCore, LossBound
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.testing.fakenet import PathSpec
 
 from corepair import connect_pair
 

@@ -1,7 +1,7 @@
 """DBLP park-stall liveness on the fake network.
 
 A bounded sender parks a lost chunk when the chunks acked, in flight and not yet
-sent still reach the bound (transports/dblp_send.py ``BoundedSender.may_retransmit``
+sent still reach the bound (transports/core/dblp/send.py ``BoundedSender.may_retransmit``
 / ``_need``). If the
 chunks counted "in flight" are then lost too on paths whose RTO is long (RTT
 samples taken under a full FIFO push a path's RTO towards ``rto_max``), nothing
@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import pytest
 
-from transports.dblp import DblpCore, LossBound
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import INF, MrcConfig
+from transports.core.dblp import DblpCore, LossBound
+from transports.core.mrc import INF, MrcConfig
+from transports.testing.fakenet import FakeNet, PathSpec
 
 CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=2.0, probe_min=200e-6, probe_max=5e-3)
 EVS = 8
@@ -68,10 +68,10 @@ def stalled_round(cls, seed=1):
     # seen for SLOW_RTO.
     trap = {}
 
-    def slow_rto(ev, _orig=a.loss.rto):
+    def slow_rto(ev, _orig=a.loss.timeouts.rto):
         return SLOW_RTO if ev >= 4 and "t" in trap else _orig(ev)
 
-    a.loss.rto = slow_rto
+    a.loss.timeouts.rto = slow_rto
 
     def arm():
         if a.stats["retx_parked"] and "t" not in trap:

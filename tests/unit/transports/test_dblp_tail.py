@@ -14,10 +14,10 @@ import random
 
 import pytest
 
-from transports import wire
-from transports.dblp import DblpCore, LossBound
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import INF, MrcConfig
+from transports.core import wire
+from transports.core.dblp import DblpCore, LossBound
+from transports.core.mrc import INF, MrcConfig
+from transports.testing.fakenet import FakeNet, PathSpec
 
 CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=2.0, probe_min=200e-6, probe_max=5e-3)
 EVS = 8
@@ -37,8 +37,8 @@ def silent_paths_round(cls, bound, seed, kill_at=0.0):
     net = FakeNet(seed)
     net.connect("a", a, "b", b, [PathSpec(delay=10e-6, jitter=1e-6)] * EVS)
     for ev in range(EVS):  # every path measured; the dead ones were slow
-        a.loss.rtt[ev].sample(SLOW if ev in DEAD else 25e-6)
-    a.loss.srtt.sample(25e-6)
+        a.loss.timeouts.rtt[ev].sample(SLOW if ev in DEAD else 25e-6)
+    a.loss.timeouts.srtt.sample(25e-6)
     for ev in DEAD:
         net.kill("a", "b", ev, kill_at)
     data = random.Random(seed).randbytes(NCHUNKS * CFG.mtu_payload)

@@ -1,4 +1,4 @@
-"""The scapy layer of the wire format: round trips with transports/wire.py, both ways."""
+"""The scapy layer of the wire format: round trips with transports/core/wire.py, both ways."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from scapy.packet import Padding, Raw
 from emu import capture
 from emu.srv6 import srh_option
 from topologies import MultiPlaneClos
-from transports import wire
-from transports.scapy_layer import FLAG_NAMES, SaeSack, SaeTransport, register
+from transports.core import wire
+from transports.core.scapy_layer import FLAG_NAMES, SaeSack, SaeTransport, register
 
 ALL_FLAGS = [0] + list(FLAG_NAMES) + [sum(FLAG_NAMES)]
 FIELDS = ("version", "kind", "flags", "conn", "psn", "msg", "offset", "msg_len", "ev", "length",

@@ -1,9 +1,9 @@
-"""NSCC (transports/cc.py): one window over EVs, each with a windowed, guarded base RTT."""
+"""NSCC (transports/core/cc.py): one window over EVs, each with a windowed, guarded base RTT."""
 
 import pytest
 
-from transports import cc as ccmod
-from transports.cc import Nscc, NsccConfig
+from transports.core import cc as ccmod
+from transports.core.cc import Nscc, NsccConfig
 
 MTU = 8064
 RTT = 10e-3  # a 5 ms one-way long-haul path, as between two DCs

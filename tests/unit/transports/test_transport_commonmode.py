@@ -13,12 +13,12 @@ import random
 
 import pytest
 
-from transports import wire
-from transports.dblp import DblpCore
-from transports.evtable import EV_ASSUMED_BAD, EV_GOOD
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import MrcConfig, MrcCore
-from transports.rc import RcConfig, RcCore
+from transports.core import wire
+from transports.core.dblp import DblpCore
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.mrc.evtable import EV_ASSUMED_BAD, EV_GOOD
+from transports.core.rc import RcConfig, RcCore
+from transports.testing.fakenet import FakeNet, PathSpec
 
 MS = 1e-3
 MTU = 8000 + wire.HEADER_LEN

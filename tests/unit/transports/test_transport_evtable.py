@@ -1,4 +1,4 @@
-"""Per-EV states of an MRC connection (transports/evtable.py): the explicit transition
+"""Per-EV states of an MRC connection (transports/core/mrc/evtable.py): the explicit transition
 table (every state x event pair), the probe schedule tied to ASSUMED_BAD, the
 minimum-active guard and the bounded change log."""
 
@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from transports.evtable import (
+from transports.core.mrc.evtable import (
     CHANGES_MAX,
     EV_ASSUMED_BAD,
     EV_DENIED,

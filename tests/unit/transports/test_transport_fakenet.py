@@ -2,8 +2,8 @@
 
 import pytest
 
-from transports import wire
-from transports.fakenet import FakeNet, PathSpec
+from transports.core import wire
+from transports.testing.fakenet import FakeNet, PathSpec
 
 
 class Echo:
@@ -178,7 +178,7 @@ def test_port_errors_name_what_is_wrong():
 
 
 def test_stall_holds_arrivals_until_the_receiver_runs_again():
-    from transports.mrc import MrcCore
+    from transports.core.mrc import MrcCore
 
     net = FakeNet(1)
     net.connect("a", MrcCore(1, 1), "b", MrcCore(1, 1), [PathSpec(delay=1e-3)])

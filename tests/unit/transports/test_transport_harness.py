@@ -10,8 +10,8 @@ import pytest
 
 from emu.errors import EmuError
 from topologies import MultiPlaneClos
-from transports.harness import Transfer, plan_transfers
 from transports.plan import AfterGate, message_bytes, placed_exactly
+from transports.testing.harness import Transfer, plan_transfers
 
 SPEC = MultiPlaneClos(planes=2, spines=2, leaves=2, hosts_per_leaf=2)
 

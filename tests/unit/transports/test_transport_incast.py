@@ -6,7 +6,7 @@ planes, 5 Mbit/s links, ~8 KB packets).
 Each flow (11 packets) fits the initial window, so every packet leaves its core at once
 and waits up to ~1 s in NIC and port queues: the RTT samples are ~1 s and the RTO is at
 ``rto_max``. A few tails are dropped at the receivers' ports. Such a packet's RTO is
-restarted by the ACKs of the packets ahead of it (rule C, transports/lossdetect.py); once
+restarted by the ACKs of the packets ahead of it (rule C, transports/core/mrc/lossdetect.py); once
 a transmission sent after it (a tail probe) is acknowledged, it is due from its send time
 again, so it is resent within ``rto_max`` of that, not ``rto_max`` after the last ACK of
 new data (the defect: the last flow ended near 3.3 s, ideal 0.84 s).
@@ -16,9 +16,9 @@ import math
 import random
 import statistics
 
-from transports import wire
-from transports.fakenet import FakeNet, PathSpec, _Dir
-from transports.mrc import MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.testing.fakenet import FakeNet, PathSpec, _Dir
 
 PKT = 8000 + wire.HEADER_LEN
 LINK = 5e6 / 8  # bytes/s of one link

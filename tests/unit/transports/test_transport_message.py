@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from transports.message import (
+from transports.core.message import (
     DROPPED,
     DUPLICATE,
     PLACED,

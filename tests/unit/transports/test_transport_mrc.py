@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from transports import wire
-from transports.cc import NsccConfig
-from transports.fakenet import PathSpec, exchange
-from transports.mrc import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.cc import NsccConfig
+from transports.core.mrc import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, MrcConfig, MrcCore
+from transports.testing.fakenet import PathSpec, exchange
 
 from corepair import check_all, connect_pair, messages
 
@@ -302,7 +302,7 @@ def test_blamed_losses_are_forgotten_once_no_copy_can_come_back():
     msgs = messages(3, [400_000] * 30)
     bufs = exchange(net, "a", "b", msgs, until=10.0)
     check_all(net, msgs, bufs)
-    times = [at for _, at, _ in a.loss.blame.values()]
+    times = [at for _, at, _ in a.loss.blame.entries()]
     assert net.now > 20 * cfg.rto_max  # the run outlived many horizons
     # (entries go when the next loss is blamed: measured from the latest one)
     assert max(times) - min(times) <= 2 * cfg.rto_max, (min(times), max(times))

@@ -3,8 +3,8 @@ that makes RTT samples read too short, and EVs on a longer path."""
 
 import pytest
 
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import MrcConfig, MrcCore
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.testing.fakenet import FakeNet, PathSpec
 
 RATE = 25e6  # bytes/s over all EVs (2 planes of 100 Mbit/s)
 MSG = 128 << 10

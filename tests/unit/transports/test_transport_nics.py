@@ -8,10 +8,11 @@ import random
 import pytest
 
 from topologies import MultiPlaneClos
-from transports import wire
-from transports.fakenet import FakeNet, PathSpec, exchange
-from transports.mrc import EV_GOOD, MrcConfig, MrcCore
-from transports.plan import conn_spec, make_core
+from transports.core import wire
+from transports.core.mrc import EV_GOOD, MrcConfig, MrcCore
+from transports.plan import conn_spec
+from transports.registry import make_core
+from transports.testing.fakenet import FakeNet, PathSpec, exchange
 
 FAST = MrcConfig(rto_min=200e-6, rto_init=1e-3, probe_min=200e-6, probe_max=5e-3)
 NICS = [0, 0, 0, 0, 1, 1, 1, 1]
@@ -53,7 +54,7 @@ def test_connection_plans_name_each_evs_nic():
     assert c["nics"] == [p.plane for p in spec.paths("h0", "h1")] == NICS
     assert len(c["nics"]) == len(c["paths"])
     core = make_core("mrc", 1, len(c["paths"]), {}, 0, c["nics"])
-    assert core.snd.nic_of == NICS
+    assert core.spray.nic_of == NICS
     assert "nics" not in conn_spec(spec, "rc", "h0", "h1", 1)
     with pytest.raises(ValueError, match="nics has 3 entries for 8 EVs"):
         MrcCore(1, 8, FAST, 0, nics=[0, 0, 1])

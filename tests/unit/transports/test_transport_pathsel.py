@@ -5,7 +5,16 @@ from collections import Counter
 
 import pytest
 
-from transports.pathsel import DELAY, GOOD, NACK, TIMEOUT, Bitmap, Oblivious, Reps, make_selector
+from transports.core.mrc.pathsel import (
+    DELAY,
+    GOOD,
+    NACK,
+    TIMEOUT,
+    Bitmap,
+    Oblivious,
+    Reps,
+    make_selector,
+)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

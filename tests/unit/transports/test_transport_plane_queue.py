@@ -14,10 +14,10 @@ import random
 
 import pytest
 
-from transports import wire
-from transports.evtable import EV_GOOD
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.mrc.evtable import EV_GOOD
+from transports.testing.fakenet import FakeNet, PathSpec
 
 MS = 1e-3
 NICS = [0] * 4 + [1] * 4

@@ -14,10 +14,10 @@ import random
 
 import pytest
 
-from transports.evtable import EV_GOOD
-from transports.fakenet import PathSpec, exchange
-from transports.mrc import MrcConfig, MrcCore
-from transports.wire import DATA
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.mrc.evtable import EV_GOOD
+from transports.core.wire import DATA
+from transports.testing.fakenet import PathSpec, exchange
 
 from corepair import connect_pair
 

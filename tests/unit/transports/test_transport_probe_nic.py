@@ -3,7 +3,7 @@ of its own, a FIFO the connections of a host share (and each EV its own switch
 queues), so a probe sent on another EV than the probed packet can overtake it while it
 still waits; its answer would then condemn a packet that was only late (a spurious
 retransmission). One copy goes on the packet's own EV, behind it, and only its answer
-condemns the packet (transports/lossdetect.py); the other copy's answer (around the
+condemns the packet (transports/core/mrc/lossdetect.py); the other copy's answer (around the
 packet's NIC from the second silent RTO of a transmission on) condemns nothing by
 itself, so a dead plane is still found: the packet's next RTO blames it.
 """
@@ -13,9 +13,9 @@ import random
 import pytest
 import test_transport_incast as incast
 
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import MrcConfig, MrcCore
-from transports.wire import DATA, FLAG_RETX
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.wire import DATA, FLAG_RETX
+from transports.testing.fakenet import FakeNet, PathSpec
 
 NICS = [0] * 4 + [1] * 4
 
@@ -81,13 +81,13 @@ def test_tail_on_a_dead_plane_is_resent_on_the_live_one(seed):
     net, a, b = _nic_pair(seed, CFG)
     for ev in range(4):
         net.kill("a", "b", ev, at=0.0)
-    a.sel = a.snd.sel = _Fixed(a.sel, 0)
+    a.spray.sel = _Fixed(a.spray.sel, 0)
     data = random.Random(seed).randbytes(1000)
     buf = bytearray(len(data))
     net.post_recv("b", 1, buf)
     net.post_send("a", 1, data)
     net.run(0.01)
-    a.sel = a.snd.sel = a.sel.inner
+    a.spray.sel = a.spray.sel.inner
     net.run(10.0, stop=lambda: bool(net.done["b"]))
     assert net.done["b"] and net.done["b"][0].ok and buf == data
     assert not a.failed and a.stats["tail_answered_around"] >= 1

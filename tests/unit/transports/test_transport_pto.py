@@ -11,9 +11,9 @@ to a tail probe is no RTT sample: a header's round trip is not a packet's.
 import random
 from dataclasses import replace
 
-from transports import wire
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.testing.fakenet import FakeNet, PathSpec
 
 MS = 1e-3
 CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=2.0)
@@ -64,7 +64,7 @@ def test_a_lost_tail_is_probed_two_srtts_on_not_an_inflated_rto_later():
     net.run(0.5 * MS)
     send(net, 1, random.Random(1).randbytes(40 * CFG.mtu_payload))
     net.run(net.now + 60 * MS)  # the queue has drained
-    srtt, rto = a.loss.srtt.srtt, a.loss.rto(0)
+    srtt, rto = a.loss.timeouts.srtt.srtt, a.loss.timeouts.rto(0)
     assert rto > 2 * srtt + 10 * MS  # the RTO is far beyond two smoothed RTTs
     before = dict(a.stats)
     first = 40  # message 2's packets are PSNs 40..42: its last one is lost
@@ -76,7 +76,7 @@ def test_a_lost_tail_is_probed_two_srtts_on_not_an_inflated_rto_later():
     assert r.t - t0 <= 2 * srtt + 3 * MS  # ... about two smoothed RTTs after it was sent
     new = {k: a.stats[k] - before.get(k, 0) for k in a.stats}
     assert new["pto"] == 1 and new.get("rto_silent", 0) == 0 and new["loss_tail_probe"] == 1
-    assert a.loss.strikes == 0  # no back-off: the probe struck nothing
+    assert a.loss.timeouts.strikes == 0  # no back-off: the probe struck nothing
 
 
 def test_the_probe_timeout_resends_nothing_under_a_mere_delay():

@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from transports import wire
-from transports.fakenet import PathSpec, exchange
-from transports.rc import RcConfig, RcCore
+from transports.core import wire
+from transports.core.rc import RcConfig, RcCore
+from transports.testing.fakenet import PathSpec, exchange
 
 from corepair import check_all, connect_pair, messages
 

@@ -1,4 +1,4 @@
-"""transports/receiver.py: the receiving half of MRC (SACK) and RC (in order).
+"""transports/core/receiver.py: the receiving half of MRC (SACK) and RC (in order).
 
 The random tests drive a ``Receiver`` and a small reference model (a set of received
 PSNs plus the ACK rules written out plainly) with the same arrival orders, and
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from transports import wire
-from transports.api import Completion
-from transports.message import Reassembly
-from transports.rc import RcConfig, RcCore
-from transports.receiver import Receiver
-from transports.wire import ACK, DATA, FLAG_ACK_REQ, FLAG_SACK, HEADER_LEN, NACK
+from transports.core import wire
+from transports.core.api import Completion
+from transports.core.message import Reassembly
+from transports.core.rc import RcConfig, RcCore
+from transports.core.receiver import Receiver
+from transports.core.wire import ACK, DATA, FLAG_ACK_REQ, FLAG_SACK, HEADER_LEN, NACK
 
 INF = float("inf")
 CONN = 7

@@ -19,9 +19,9 @@ from dataclasses import replace
 
 import pytest
 
-from transports import wire
-from transports.fakenet import FakeNet, PathSpec, exchange
-from transports.mrc import MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.testing.fakenet import FakeNet, PathSpec, exchange
 
 MS = 1e-3
 CFG = MrcConfig(rto_min=200e-6, rto_init=1e-3, rto_max=2.0)
@@ -91,8 +91,9 @@ def test_a_lost_head_followed_by_a_short_tail_is_resent_by_the_reorder_timer():
         assert not d.get("tx_retx_spurious")
         # rule B's timing: the tail's RTT plus its reorder window and the ACK delay, or
         # the lost packet's own path bound, whichever is longer: a few base RTTs
-        srtt = a.loss.srtt.srtt
-        assert resent <= 1.25 * max(a.loss._loss_bound(ev) for ev in range(EVS)) + 2 * srtt
+        srtt = a.loss.timeouts.srtt.srtt
+        bound = max(a.loss.evidence.loss_bound(ev) for ev in range(EVS))
+        assert resent <= 1.25 * bound + 2 * srtt
         _, _, d_off, resent_off = recovery(seed, reorder_timer=False)
         # without it: a tail probe's answer or the RTO (whichever timer came first)
         assert not d_off.get("loss_reorder")
@@ -143,11 +144,11 @@ def test_a_loss_after_a_queue_came_and_went_is_resent_within_three_srtts():
     send(net, 1, bytes(40 * CFG.mtu_payload))
     net.run(net.now + 60 * MS)  # drained
     loss = a.loss
-    est = [loss.rtt[ev] for ev in range(EVS)]
+    est = [loss.timeouts.rtt[ev] for ev in range(EVS)]
     uncapped = max(e.bound() for e in est)
     capped = max(3 * e.srtt for e in est)
     assert uncapped > capped + 10 * MS  # the variance outlasts three smoothed RTTs
-    assert all(loss._loss_bound(ev) <= 3 * est[ev].srtt + 1e-12 for ev in range(EVS))
+    assert all(loss.evidence.loss_bound(ev) <= 3 * est[ev].srtt + 1e-12 for ev in range(EVS))
     lost, _ = lose_head_of_next_message(net, a)  # the later ones of the message get through
     t0 = net.now
     before = dict(a.stats)
@@ -162,9 +163,9 @@ def test_a_loss_after_a_queue_came_and_went_is_resent_within_three_srtts():
 def test_an_ev_without_samples_is_judged_by_the_overall_estimate_uncapped():
     net, a, b = setup(2)
     send(net, 1, bytes(CFG.mtu_payload))  # one packet: one EV's sample
-    loss = a.loss
-    fresh = [ev for ev in range(EVS) if not loss.rtt[ev].srtt]
+    timeouts = a.loss.timeouts
+    fresh = [ev for ev in range(EVS) if not timeouts.rtt[ev].srtt]
     assert fresh
-    loss.srtt.srtt, loss.srtt.rttvar = 1 * MS, 2 * MS  # other sizes' spread: 9 ms > 3 srtt
+    timeouts.srtt.srtt, timeouts.srtt.rttvar = 1 * MS, 2 * MS  # other sizes: 9 ms > 3 srtt
     for ev in fresh:
-        assert loss._loss_bound(ev) == loss.srtt.bound()
+        assert a.loss.evidence.loss_bound(ev) == timeouts.srtt.bound()

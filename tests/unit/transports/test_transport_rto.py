@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-from transports.cc import Nscc, NsccConfig
-from transports.fakenet import FakeNet, PathSpec, exchange
-from transports.mrc import MrcConfig, MrcCore
-from transports.rc import RcConfig, RcCore
-from transports.rto import HOST_DELAY_MAX_S, HostDelay, MinRtt, RttEstimator, rto_floor
-from transports.spurious import RetxLedger
+from transports.core.cc import Nscc, NsccConfig
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.rc import RcConfig, RcCore
+from transports.core.rto import HOST_DELAY_MAX_S, HostDelay, MinRtt, RttEstimator, rto_floor
+from transports.core.spurious import RetxLedger
+from transports.testing.fakenet import FakeNet, PathSpec, exchange
 
 MS = 1e-3
 
@@ -73,11 +73,12 @@ def test_mrc_floor_scales_with_the_path(delay):
     rtt = 2 * delay
     assert a.cc.base_rtt == pytest.approx(rtt, rel=1e-4)
     assert a.rto_floor() == pytest.approx(4 * rtt, rel=1e-4)
-    assert a.loss.srtt.srtt == pytest.approx(rtt, rel=1e-4)
+    timeouts = a.loss.timeouts
+    assert timeouts.srtt.srtt == pytest.approx(rtt, rel=1e-4)
     # the RTO of an EV: srtt + 4 rttvar of that EV and of all EVs, never under the floor
-    expect = max(a.rto_floor(), a.loss.srtt.bound(), a.loss.rtt[0].bound())
-    assert a.loss.rto(0) == pytest.approx(expect)
-    assert a.loss.rto(0) == pytest.approx(4 * rtt, rel=1e-4)  # equal samples: the floor rules
+    expect = max(a.rto_floor(), timeouts.srtt.bound(), timeouts.rtt[0].bound())
+    assert timeouts.rto(0) == pytest.approx(expect)
+    assert timeouts.rto(0) == pytest.approx(4 * rtt, rel=1e-4)  # equal samples: the floor rules
 
 
 @pytest.mark.parametrize("delay", [0.5 * MS, 5 * MS])

@@ -5,10 +5,10 @@ repeated timeouts do not keep one phase of a periodic impairment (a microburst e
 
 import random
 
-from transports import wire
-from transports.fakenet import PathSpec
-from transports.lossdetect import BACKOFF_JITTER
-from transports.mrc import MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.mrc.timeouts import BACKOFF_JITTER
+from transports.testing.fakenet import PathSpec
 
 from corepair import connect_pair
 
@@ -23,7 +23,8 @@ def test_a_blamed_timeout_resends_past_a_full_window():
     a.post_send(2, r.randbytes(4 * CFG.mtu_payload), 0.004)  # psn 2-5, on other EVs
     # A transmission sent after psn 0-1 got through, so their RTO (1 ms) is blamed; the
     # window is cut to its floor while psn 2-5 (their RTOs not due) stay in flight.
-    a.loss.hi_seq = max(p.seq for p in a.inflight.values())
+    ev = a.loss.evidence
+    ev.raise_hi(max(p.seq for p in a.inflight.values()), ev.hi_rtt)
     a.cc.cwnd = a.cc.min_cwnd
     out = a.on_timer(0.0045)
     retx = [h for _ev, buf in out if (h := wire.parse(buf)).kind == wire.DATA

@@ -5,9 +5,9 @@ at all; a lost ACK is covered by the answer; a dead peer still fails the connect
 
 import random
 
-from transports import wire
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import MrcConfig, MrcCore
+from transports.core import wire
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.testing.fakenet import FakeNet, PathSpec
 
 from corepair import connect_pair
 

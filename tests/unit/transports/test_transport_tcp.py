@@ -13,9 +13,9 @@ import time
 import pytest
 
 from topologies import MultiPlaneClos
-from transports.harness import Transfer, plan_transfers
+from transports.io.tcp import parse_tcp_info, run_tcp
 from transports.plan import message_bytes
-from transports.tcp import parse_tcp_info, run_tcp
+from transports.testing.harness import Transfer, plan_transfers
 
 SPEC = MultiPlaneClos(planes=2, spines=2, leaves=2, hosts_per_leaf=2)
 ADDR = {"h0": "::ffff:127.0.0.1", "h2": "::ffff:127.0.0.2"}
@@ -122,7 +122,7 @@ def test_parse_tcp_info_fields():
 
 
 def test_connection_stats_use_the_cores_names():
-    from transports.tcp import conn_stats, send_deltas
+    from transports.io.tcp import conn_stats, send_deltas
 
     info = {"data_segs_out": 120, "total_retrans": 7, "dsack_dups": 3, "total_rto": 2}
     assert conn_stats(info) == {"tx_data_pkts": 120, "tx_retx": 7, "tx_retx_spurious": 3,

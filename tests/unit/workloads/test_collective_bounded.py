@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from test_collectives import MTU, NOISY, check_result, inputs, ref_sum, run
 
-from transports.dblp import LossBound
-from transports.fakenet import PathSpec
+from transports.core.dblp import LossBound
+from transports.testing.fakenet import PathSpec
 from workloads.collective_executor import merge_ranges
 from workloads.collective_schedules import block_bounds
 from workloads.collective_transpose import transpose_allreduce

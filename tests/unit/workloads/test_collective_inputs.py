@@ -50,7 +50,7 @@ def test_read_only_and_flags():
         ring_allreduce(_comm(), ro)
     with pytest.raises(TypeError, match="average='yes' must be True or False"):
         ring_allreduce(_comm(), np.zeros(4, np.float32), average="yes")
-    with pytest.raises(TypeError, match="bound must be a transports.bound.LossBound"):
+    with pytest.raises(TypeError, match="bound must be a transports.core.bound.LossBound"):
         transpose_allreduce(_comm(), np.zeros(4, np.float32), bound=0.1)
 
 

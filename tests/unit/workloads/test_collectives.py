@@ -12,7 +12,7 @@ test_collective_inputs.py (bad inputs).
 import numpy as np
 import pytest
 
-from transports.fakenet import PathSpec
+from transports.testing.fakenet import PathSpec
 from workloads.collective_executor import CollectiveResult
 from workloads.collective_schedules import (
     all_to_all_recv_len,

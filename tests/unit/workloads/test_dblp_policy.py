@@ -5,9 +5,9 @@ import random
 import numpy as np
 import pytest
 
-from transports.dblp import DblpCore, LossBound
-from transports.fakenet import FakeNet, PathSpec
-from transports.mrc import MrcConfig
+from transports.core.dblp import DblpCore, LossBound
+from transports.core.mrc import MrcConfig
+from transports.testing.fakenet import FakeNet, PathSpec
 from workloads.fill import DEFAULT_FILL, FILLS, ErrorFeedback, check_fill, fill_missing
 from workloads.phase import (
     FixedTolerance,

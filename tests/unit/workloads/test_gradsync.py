@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from transports.api import Completion
+from transports.core.api import Completion
 from workloads.comm import Handle
 from workloads.gradsync import DblpOptions, GradSync
 

@@ -14,6 +14,11 @@ from types import SimpleNamespace
 import pytest
 
 from emu.errors import EmuError
+from transports.core.cc import NsccConfig
+from transports.core.dblp.config import DblpCoreConfig
+from transports.core.mrc import MrcConfig
+from transports.core.rc import RcConfig
+from transports.kernel import GlooConfig
 from workloads import experiment
 from workloads import worker as wk
 from workloads.dblpconfig import DblpConfig
@@ -48,7 +53,8 @@ def _step(rank: int, step: int, start: float, end: float, **kw) -> StepRecord:
 
 def _config(**kw) -> WorkerConfig:
     base = dict(rank=1, size=3, host="h4", addr="fd5a::1", master_addr="fd5a::2",
-                master_port=29500, transport="dblp", transport_config={"rto_max": 2.0},
+                master_port=29500, transport="dblp",
+                transport_config=DblpCoreConfig(rto_max=2.0, nscc=NsccConfig(eta=0.2)),
                 conns={0: ({"conn": 2, "peer": "h0", "paths": [["fd5a:5::"]]},),
                        2: ({"conn": 5, "peer": "h8"}, {"conn": 9, "peer": "h8"})},
                 collective="transpose", groups=((0, 1), (2,)),
@@ -64,7 +70,10 @@ def _config(**kw) -> WorkerConfig:
 
 @pytest.mark.parametrize("rec", [
     _config(),
-    _config(transport="gloo", conns={}, groups=None, dblp=None, compute="measured",
+    _config(transport="mrc", transport_config=MrcConfig(selector="bitmap"), dblp=None),
+    _config(transport="rc", transport_config=RcConfig(aimd=True), dblp=None),
+    _config(transport="gloo", transport_config=GlooConfig(), conns={}, groups=None, dblp=None,
+            compute="measured",
             compute_ms=None, first_gate=None, kind="pipeline", microbatches=4),
     Start(12345.678), Release(7, 99.5, None), Release(3, 1.25, 9),
     Ready(0, 4242),
@@ -87,6 +96,8 @@ def test_records_round_trip(rec):
 
 def test_decoded_config_has_typed_fields():
     cfg = decode(encode(_config()))
+    assert type(cfg.transport_config) is DblpCoreConfig and cfg.transport_config.rto_max == 2.0
+    assert cfg.transport_config.nscc == NsccConfig(eta=0.2)
     assert list(cfg.conns) == [0, 2]  # JSON object keys come back as peer ranks
     assert cfg.groups == ((0, 1), (2,))
     assert isinstance(cfg.dblp.phase, PhaseAwareConfig) and cfg.dblp.phase.window == 4
@@ -104,7 +115,7 @@ def test_decoded_config_has_typed_fields():
     ('{"type": "gate", "rank": true, "step": 2}\n', "GateReached.rank = True"),
     ('{"type": "release", "step": 1, "t_resume": null}\n',
      "Release.t_resume = None: must be float"),
-    ('{"type": "config", "rank": 0}\n', "missing 11 required keyword-only arguments: 'size'"),
+    ('{"type": "config", "rank": 0}\n', "missing 12 required keyword-only arguments: 'size'"),
     ('{"type": "done", "rank": 0, "steps": 1, "overruns": 0, "comm": []}\n',
      "Done.comm: must be an object"),
 ])
@@ -112,6 +123,15 @@ def test_decode_errors_name_the_field(line, needle):
     with pytest.raises(ValueError) as info:
         decode(line)
     assert needle in str(info.value)
+
+
+def test_a_config_carries_the_settings_of_its_own_transport():
+    with pytest.raises(ValueError, match="transport 'rc' takes a RcConfig"):
+        _config(transport="rc", transport_config=MrcConfig(), dblp=None)
+    line = json.loads(encode(_config(transport="rc", transport_config=RcConfig(), dblp=None)))
+    line["transport"] = "mrc"  # a record whose two ends disagree fails on its first line
+    with pytest.raises(ValueError, match="transport 'mrc' takes a MrcConfig"):
+        decode(json.dumps(line))
 
 
 def test_encode_refuses_other_objects():

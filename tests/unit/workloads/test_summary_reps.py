@@ -92,7 +92,7 @@ def test_what_a_failure_cost_before_the_target_is_counted_up_to_the_target():
 
 
 def test_paired_time_to_target_ratios_per_repetition():
-    from workloads.bench_training import paired_targets
+    from commands.bench.training import paired_targets
 
     def rec(label, rep, tt, lost=None):
         return {"label": label, "rep": rep, "time_to_target_s": tt,
@@ -115,7 +115,7 @@ def test_paired_time_to_target_ratios_per_repetition():
 
 
 def test_transports_time_to_target_paired_repetition_by_repetition():
-    from workloads.bench_training import paired_targets
+    from commands.bench.training import paired_targets
 
     def rec(label, rep, tt):
         return {"label": label, "rep": rep, "time_to_target_s": tt}

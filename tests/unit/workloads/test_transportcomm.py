@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from transports.api import Completion
+from transports.core.api import Completion
 from workloads import transportcomm
 from workloads.comm import CommError
 

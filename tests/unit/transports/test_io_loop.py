@@ -1,0 +1,102 @@
+"""The one event loop (transports/io/loop.py) on real UDP sockets over the loopback: what
+the driver process and a worker's engine thread both run."""
+
+import os
+import random
+import socket
+import time
+
+import pytest
+
+from transports.core.mrc import MrcConfig, MrcCore
+from transports.core.rc import RcCore
+from transports.io.loop import EventLoop
+from transports.io.sockets import Conn, HostSockets
+
+CFG = MrcConfig(mtu_payload=1000)
+
+
+def _host() -> HostSockets:
+    return HostSockets("::1", 0)  # any free port: nothing else on the machine is disturbed
+
+
+def _conn(core, peer: HostSockets) -> Conn:
+    tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    tx.bind(("::1", 0))
+    return Conn(core, ("::1", peer.rx.getsockname()[1]), [tx], [0])
+
+
+def _pair(a_core, b_core):
+    ha, hb = _host(), _host()
+    ca, cb = _conn(a_core, hb), _conn(b_core, ha)
+    done: list = []
+    la = EventLoop(ha, {1: ca}, lambda conn, comp: done.append(("a", comp)), idle_s=0.002)
+    lb = EventLoop(hb, {1: cb}, lambda conn, comp: done.append(("b", comp)), idle_s=0.002)
+    return (ha, ca, la), (hb, cb, lb), done
+
+
+def _run(loops, done, n: int, limit_s: float = 10.0) -> None:
+    end = time.monotonic() + limit_s
+    while len(done) < n and time.monotonic() < end:
+        for loop in loops:
+            loop.turn()
+
+
+@pytest.mark.parametrize("kind", ["mrc", "rc"])
+def test_one_loop_carries_a_message_between_two_cores(kind):
+    make = (lambda: MrcCore(1, 1, CFG)) if kind == "mrc" else (lambda: RcCore(1))
+    (ha, ca, la), (hb, cb, lb), done = _pair(make(), make())
+    try:
+        data = random.Random(1).randbytes(50_000)
+        buf = bytearray(len(data))
+        now = time.monotonic()
+        hb.send(cb, cb.core.post_recv(7, buf, now))
+        ha.send(ca, ca.core.post_send(7, data, now))
+        _run((la, lb), done, 2)
+        assert sorted((who, c.kind, c.msg, c.ok) for who, c in done) == [
+            ("a", "send", 7, True), ("b", "recv", 7, True)]
+        assert buf == data
+        assert la.wakeups > 0 and lb.wakeups > 0 and la.unknown == lb.unknown == 0
+    finally:
+        for h in (ha, hb):
+            h.close()
+
+
+def test_the_owners_descriptors_are_served_before_the_datagrams():
+    (ha, ca, la), (hb, cb, lb), done = _pair(MrcCore(1, 1, CFG), MrcCore(1, 1, CFG))
+    r, w = os.pipe()
+    try:
+        seen: list = []
+        os.write(w, b"x")
+        la.turn([r], on_ready=lambda ready, now: seen.append((r in ready, now)))
+        assert seen and seen[0][0] is True  # the pipe was readable: the owner saw it
+        assert seen[0][1] <= time.monotonic()
+    finally:
+        os.close(r)
+        os.close(w)
+        for h in (ha, hb):
+            h.close()
+
+
+def test_a_datagram_for_no_connection_is_counted():
+    (ha, ca, la), (hb, cb, lb), done = _pair(MrcCore(1, 1, CFG), MrcCore(1, 1, CFG))
+    try:
+        junk = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        junk.sendto(b"\x01\x01\x00\x00\x00\x00\x00\x63" + bytes(40), ha.rx.getsockname()[:2])
+        junk.close()
+        deadline = time.monotonic() + 1.0
+        while la.unknown == 0 and time.monotonic() < deadline:
+            la.turn()
+        assert la.unknown == 1 and not done
+    finally:
+        for h in (ha, hb):
+            h.close()
+
+
+def test_idle_s_must_be_positive():
+    h = _host()
+    try:
+        with pytest.raises(ValueError, match="idle_s=0"):
+            EventLoop(h, {}, lambda conn, comp: None, idle_s=0)
+    finally:
+        h.close()
