@@ -170,7 +170,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         out = _out_dir(args, "paths", "emu demo --paths")
         res = run_demo(out, seconds=args.seconds, say=_progress)
         return 0 if all(c["ok"] for c in res["path_checks"]) else 1
-    from workloads.demo import run_training_demo
+    from workloads.training.demo import run_training_demo
 
     out = _out_dir(args, "demo", "emu demo")
     run_training_demo(out, say=_progress, steps=args.steps)
@@ -181,7 +181,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from workloads import experiment
-    from workloads.runner import run_experiment
+    from workloads.training.runner import run_experiment
 
     exp = experiment.load(args.file)
     if args.set:
@@ -265,7 +265,7 @@ def _run_bench(args: argparse.Namespace) -> dict:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from emu import safefs
     from emu.errors import require_root
-    from workloads.calibrate import calibrate
+    from workloads.calibration.calibrate import calibrate
 
     names = tuple(t.strip() for t in args.transports.split(",") if t.strip())
     require_root("emu calibrate")

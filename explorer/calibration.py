@@ -1,13 +1,13 @@
 """What the emulator measured, as the cost model uses it: dimensionless, with intervals.
 
 ``load_calibration(paths)`` reads calibration records (``scaleacross-emu/calibration/2``
-from ``emu calibrate``, or version 1 from training runs, see workloads/metrics.py) into
+from ``emu calibrate``, or version 1 from training runs, see workloads/training/metrics.py) into
 one :class:`Calibration`: per transport (mrc, rc, tcp) a :class:`TransportCal`, and the
 DBLP results. Later files override earlier ones transport by transport. No absolute
 emulator time is kept: the model multiplies these numbers by full-scale RTTs, RTOs and
 rates.
 
-What each number is (v2; see workloads/calibration.py for how it is measured):
+What each number is (v2; see workloads/calibration/record.py for how it is measured):
 
 * ``eta``: achieved fraction of the binding bottleneck rate, from a fit of completion
   time over >= 3 message sizes (t = a + S / (eta B)), so per-message overhead is not read

@@ -36,7 +36,7 @@ LOSS_RECOVERY_RTTS = {"mrc": 1.0, "rc": 2.0, "tcp": 2.0}
 
 def flows_per_uplink(transport: str, qps: float, planes: float) -> float:
     """Where a transport's load balance is read on its calibrated curve: flows x lanes per
-    leaf uplink over all planes (workloads/calibration.py). A GPU's connection has ``qps``
+    leaf uplink over all planes (workloads/calibration/record.py). A GPU's connection has ``qps``
     flows per plane (MRC, RC) and a non-blocking leaf one uplink per host port, so that is
     ``qps``; a TCP connection is one flow on one plane: qps / planes."""
     return qps / planes if transport == "tcp" else qps

@@ -204,10 +204,10 @@ def _default(key: str, *classes: type) -> object:
 def experiment_page() -> str:
     import workloads.experiment as ex
     from emu.failure_kinds.registry import VOCABULARY
-    from workloads.dblpconfig import POLICIES, DblpConfig
+    from workloads.collectives.fill import FILLS
+    from workloads.collectives.phase import PhaseAwareConfig
     from workloads.experiment import config, loading, tables
-    from workloads.fill import FILLS
-    from workloads.phase import PhaseAwareConfig
+    from workloads.experiment.dblp import POLICIES, DblpConfig
 
     choices: dict[str, tuple[str, ...]] = {
         "clock": config.CLOCKS, "fabric.control_plane": config.CONTROL_PLANES,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workloads.results import read_jsonl
+from workloads.training.results import read_jsonl
 
 pytestmark = pytest.mark.root
 

@@ -21,7 +21,7 @@ from commands.sweep.run import run_sweep
 from commands.sweep.store import read_records
 from emu import registry
 from explorer.calibration import load_calibration
-from workloads.results import read_jsonl
+from workloads.training.results import read_jsonl
 
 pytestmark = pytest.mark.root
 
@@ -116,7 +116,7 @@ def test_results_come_back_and_are_aggregated(grid4):
 
 def test_a_point_failing_at_run_time_is_retried_then_reported_failed(cluster, tmp_path):
     # 0.001 ms of modelled compute is valid, but every step's real compute overruns it, so
-    # the run is refused after it ends (workloads/overruns.py): a failure at run time
+    # the run is refused after it ends (workloads/training/overruns.py): a failure at run time
     base = BASE + 'compute = "modelled"\n'
     f = _sweep(tmp_path, 'retries = 1\n[axes]\n"workload.compute_ms" = [30.0, 0.001]\n', base)
     res = run_sweep(f, cluster="local", out=tmp_path / "out", say=lambda m: None)

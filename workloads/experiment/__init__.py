@@ -74,7 +74,7 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
                                    # settings (as [transport.mrc]'s, and linger_s) and its
                                    # tolerance policy:
     policy = "phase_aware"         # "phase_aware" | "fixed" | "optireduce"
-    fill = "error_feedback"        # workloads.fill.FILLS
+    fill = "error_feedback"        # workloads.collectives.fill.FILLS
     tolerance = 0.05               # fixed only: 0.05; in [0, 1)
     base = 0.05                    # phase_aware only: every PhaseAwareConfig field
     cap = 0.2                      #   (base, cap, critical_epochs, window, eta, lr_scaling),
@@ -119,7 +119,7 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
                                    # fabric before the runs, as in the run (a short run with
                                    # measured compute over each variant's transport: the
                                    # 99th percentile of the ranks' forward + backward x 2;
-                                   # workloads/compute_model.py); pipelines: required, one
+                                   # workloads/training/compute_model.py); pipelines: required, one
                                    # microbatch's forward + backward on one stage
     allow_overruns = false         # modelled only: false; a run in which the real compute
                                    # overran the model in more than 5 % of its steps (a step
@@ -151,7 +151,6 @@ and loading.py (``load``, ``parse``).
 
 from __future__ import annotations
 
-from workloads.dblpconfig import POLICIES, DblpConfig
 from workloads.experiment.config import (
     CLOCKS,
     COLLECTIVES,
@@ -167,6 +166,7 @@ from workloads.experiment.config import (
     TransportConfig,
     WorkloadConfig,
 )
+from workloads.experiment.dblp import POLICIES, DblpConfig
 from workloads.experiment.loading import load, parse, parse_fabric
 from workloads.experiment.overrides import parse_override, with_overrides
 from workloads.experiment.placement import default_placement

@@ -21,7 +21,7 @@ from topologies.addressing import MAX_SCALEACROSS_DCS
 from topologies.routing import ECMP_MODES, EcmpMode
 from topologies.validate import InvalidValue, check_int
 from transports import registry
-from workloads.dblpconfig import DblpConfig
+from workloads.experiment.dblp import DblpConfig
 from workloads.experiment.placement import default_placement
 from workloads.experiment.timeline import script_events
 

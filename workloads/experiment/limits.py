@@ -14,7 +14,8 @@ built or in an OS call:
 
 The training sets' sizes are worked out here without torch (experiment files are also
 read by the explorer, which loads no torch), from the same sources and splits as
-workloads/data.py; tests/unit/workloads/test_experiment_limits.py holds the two to the same numbers.
+workloads/data.py; tests/unit/workloads/test_experiment_limits.py holds the two to the
+same numbers.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ from topologies import MultiPlaneClos, Role, ScaleAcross, TopologyError
 from topologies.validate import InvalidValue, number_rule
 from transports import registry
 from transports.core.knobs import UnknownKey
-from workloads.dblpconfig import POLICIES, DblpConfig
+from workloads.collectives.fill import FILLS
+from workloads.collectives.phase import OptiReduceConfig, PhaseAwareConfig
 from workloads.experiment import limits
 from workloads.experiment.blocks import check_dblp_blocks
 from workloads.experiment.config import (
@@ -39,10 +40,9 @@ from workloads.experiment.config import (
     WorkloadConfig,
     field_default,
 )
+from workloads.experiment.dblp import POLICIES, DblpConfig
 from workloads.experiment.placement import default_placement
 from workloads.experiment.reader import Table
-from workloads.fill import FILLS
-from workloads.phase import OptiReduceConfig, PhaseAwareConfig
 
 __all__ = ["DBLP", "FABRIC", "PHASE_FIELDS", "TRANSPORT", "WORKLOAD", "fabric", "transport",
            "workload"]

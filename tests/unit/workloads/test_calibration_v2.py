@@ -1,4 +1,4 @@
-"""Calibration record v2 (workloads/calibration.py): fits, bootstrap, reductions, schema."""
+"""Calibration record v2 (workloads/calibration/record.py): fits, bootstrap, reductions, schema."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from workloads import calibration as cal
-from workloads import calibration_schema as schema
-from workloads import calibration_stats as stats
-from workloads.calibration_samples import (
+from workloads.calibration import record as cal
+from workloads.calibration import schema, stats
+from workloads.calibration.samples import (
     BurstGeometry,
     CpuUse,
     LoadSample,
@@ -23,7 +22,7 @@ from workloads.calibration_samples import (
     TransportMeasurements,
     steps_from_training,
 )
-from workloads.calibration_schema import CalibrationError
+from workloads.calibration.schema import CalibrationError
 
 IDLE = CpuUse((("h0", 0.1), ("h4", 0.2)), 2)
 REGIME = Regime(rtt_s=0.01, payload_bytes=8000, frame_bytes=8150, line_mbit=10.0, lanes=2,

@@ -13,7 +13,12 @@ from emu.errors import EmuError
 from emu.timeline import Restore
 from topologies import MultiPlaneClos, ScaleAcross
 from workloads import experiment as ex
-from workloads.phase import FixedTolerance, OptiReduceDeadline, PhaseAware, PhaseAwareConfig
+from workloads.collectives.phase import (
+    FixedTolerance,
+    OptiReduceDeadline,
+    PhaseAware,
+    PhaseAwareConfig,
+)
 
 from experiment_checks import fails
 

@@ -20,11 +20,8 @@ from transports.core.mrc import MrcConfig
 from transports.core.rc import RcConfig
 from transports.kernel import GlooConfig
 from workloads import experiment
-from workloads import worker as wk
-from workloads.dblpconfig import DblpConfig
-from workloads.jobstep import OverrunStats, StepAggregator
-from workloads.overruns import overrun_stats, refuse_overruns
-from workloads.phase import PhaseAwareConfig
+from workloads.collectives.phase import PhaseAwareConfig
+from workloads.experiment.dblp import DblpConfig
 from workloads.recordcodec import decode, encode
 from workloads.records import (
     Done,
@@ -37,9 +34,12 @@ from workloads.records import (
     WorkerConfig,
     WorkerError,
 )
-from workloads.training_run import RunOutcome
-from workloads.variants import Variant, schedule
-from workloads.worker_job import WorkerJob
+from workloads.training import worker as wk
+from workloads.training.jobstep import OverrunStats, StepAggregator
+from workloads.training.overruns import overrun_stats, refuse_overruns
+from workloads.training.run import RunOutcome
+from workloads.training.variants import Variant, schedule
+from workloads.training.worker_job import WorkerJob
 
 ROOT = Path(__file__).resolve().parents[3]
 
