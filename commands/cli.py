@@ -183,6 +183,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from workloads import experiment
     from workloads.training.runner import run_experiment
 
+    if args.keys:
+        from workloads.experiment.schema import describe_keys
+
+        print(describe_keys())
+        return 0
+    if not args.file:
+        raise EmuError("emu run needs an experiment file (or --keys to list its keys)")
     exp = experiment.load(args.file)
     if args.set:
         exp = experiment.with_overrides(exp, dict(experiment.parse_override(a) for a in args.set))
@@ -361,7 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "without running it, any other runs as root when the run starts, "
                        "before the fabric is built, with everything root can do. Name only "
                        "scripts you trust.")
-    r.add_argument("file", help="experiment file, e.g. experiments/training/demo_digits.toml")
+    r.add_argument("file", nargs="?",
+                   help="experiment file, e.g. experiments/training/demo_digits.toml")
+    r.add_argument("--keys", action="store_true",
+                   help="print every experiment-file key: default, values, meaning")
     r.add_argument("--out", help="results directory (default results/NAME-TIMESTAMP)")
     _force_arg(r)
     r.add_argument("--set", action="append", metavar="KEY=VALUE",

@@ -79,20 +79,22 @@ class WorkerConfig:
     transport: str
     transport_config: TransportSettings
     conns: Mapping[int, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
-    collective: str = "ring"
+    # What the experiment resolved: required here, so no default can drift from the
+    # experiment's own (workloads/experiment/config.py, the one place they are written).
+    collective: str
     groups: tuple[tuple[int, ...], ...] | None = None
     dblp: DblpConfig | None = None
-    kind: str = "data_parallel"
+    kind: str
     model: str
     steps: int
     batch_size: int
     microbatches: int | None = None
     lr: float
-    lr_schedule: str = "constant"
+    lr_schedule: str
     eval_every: int
-    compute: str = "measured"
+    compute: str
     compute_ms: float | None = None
-    seed: int = 0
+    seed: int
     first_gate: int | None = None
     inject_error_at_step: int | None = None
     pg_timeout_s: float = 120.0

@@ -27,7 +27,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["MAX_NAME_BYTES", "MAX_REPETITIONS", "MAX_STEPS", "MAX_STEP_COMPUTE_MS",
+__all__ = ["MAX_NAME_BYTES", "MAX_REPETITIONS", "MAX_SEED", "MAX_STEPS", "MAX_STEP_COMPUTE_MS",
            "MIN_STEP_S", "NAME", "NAME_RULE", "RESULTS_STAMP", "TextMissing",
            "duration_text", "too_long", "train_samples"]
 
@@ -47,6 +47,8 @@ MAX_STEP_COMPUTE_MS = 3_600_000.0  # one hour of modelled compute per training s
 # the emulated fabric takes at least MIN_STEP_S (the digits CNN's healthy step is ~18 ms
 # on 2 cores): 100,000 steps is half an hour or more per run, 100 repetitions of it days.
 MAX_STEPS = 100_000
+# Seeds feed numpy (< 2**32) as seed + repetition.
+MAX_SEED = 2**32 - 1
 MAX_REPETITIONS = 100
 MIN_STEP_S = 0.01
 

@@ -9,6 +9,7 @@ a topology's own error. Every error is an :class:`~emu.errors.EmuError` of the f
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from typing import Any, NoReturn
 from emu import safefs
 from emu.errors import EmuError
 from topologies.validate import InvalidValue, check_int, check_number, int_rule, number_rule
+from transports.core.knobs import field_spec
 
 __all__ = ["REQUIRED", "Table", "read_toml", "type_name"]
 
@@ -122,6 +124,24 @@ class Table:
         if not isinstance(v, bool):
             self.fail(name, "must be true or false", v)
         return v
+
+    def get_field(self, cls: type, name: str, default: Any = REQUIRED) -> Any:
+        """Key ``name`` as field ``name`` of the table dataclass ``cls`` takes it: its
+        default (``default`` overrides it) and its rule from the field's knob
+        (transports/core/knobs.py), None when absent and the field may be unset."""
+        tp, optional, k = field_spec(cls, name)
+        assert k is not None, f"{cls.__name__}.{name} is not a knob"
+        if default is REQUIRED:
+            f = next(f for f in dataclasses.fields(cls) if f.name == name)
+            default = REQUIRED if f.default is dataclasses.MISSING else f.default
+        rule = k.rule(tp)
+        v = self._get(name, default, rule)
+        if v is None and optional:
+            return None
+        try:
+            return k.check(name, v, tp)
+        except InvalidValue as e:
+            self.fail(name, f"must be {e.rule}", v)
 
     def get_strs(self, name: str, default: Any = REQUIRED) -> Any:
         """An array of strings, as a tuple (``default`` None: None when absent)."""
