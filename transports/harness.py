@@ -7,7 +7,9 @@ Each involved host gets a ``transports.driver`` process inside its namespace
 per host pair (both directions share it) with every SRv6 path of the pair as
 its EVs. RC: as RoCE on a multi-plane NIC, one connection (QP) per plane,
 between the two hosts' plane-p addresses, each with one fixed 5-tuple (ECMP
-picks its spine), and each message striped evenly over the planes. TCP: one
+picks its spine), and each message striped evenly over the planes; with ``qps``
+> 1, ``qps`` QPs per plane, each its own 5-tuple, the message striped over all of
+them (NCCL_IB_QPS_PER_CONNECTION, the "enhanced ECMP" of production RoCE). TCP: one
 kernel connection per pair from the loopbacks (ECMP picks plane and spine).
 All drivers start sending at one common CLOCK_MONOTONIC instant.
 """
@@ -77,21 +79,24 @@ class TransferResult:
 
 
 def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict | None = None,
-                   deadline_s: float = 60.0, seed: int = 0
+                   deadline_s: float = 60.0, seed: int = 0, qps: int = 1
                    ) -> tuple[dict[str, dict], dict[int, list[int]]]:
     """Every host's driver plan for ``transfers``, and each transfer's message ids (one
-    per lane: RC stripes a message over one QP per plane). A transfer with ``after``
+    per lane: RC stripes a message over ``qps`` QPs per plane). A transfer with ``after``
     waits for *every* lane's part of the earlier one (``after`` is then a list of ids)."""
     if transport not in TRANSPORTS:
         raise EmuError(f"transport={transport!r} is invalid: must be one of "
                        f"{', '.join(TRANSPORTS)}")
+    if type(qps) is not int or qps < 1 or (qps > 1 and transport != "rc"):
+        raise EmuError(f"qps={qps!r} is invalid: an integer >= 1, above 1 for rc only (its "
+                       "queue pairs per plane; the other transports have no QPs to split)")
     for t in transfers:
         spec.node(t.src), spec.node(t.dst)
         if t.src == t.dst or t.size < 0:
             raise EmuError(f"invalid transfer {t}: src != dst and size >= 0 required")
     pairs: dict[tuple[frozenset, int], int] = {}
     plans: dict[str, dict] = {}
-    lanes = spec.planes if transport == "rc" else 1  # connections per host pair
+    lanes = spec.planes * qps if transport == "rc" else 1  # connections per host pair
 
     def plan_of(host: str) -> dict:
         return plans.setdefault(host, {
@@ -115,8 +120,8 @@ def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict
             if t.after is not None:
                 if not 0 <= t.after < i:
                     raise EmuError(f"transfer {i}: after={t.after} must name an earlier one")
-                # every lane's part of the earlier transfer (RC stripes a message over one
-                # QP per plane): a round starts only when the whole previous round is done
+                # every lane's part of the earlier transfer (RC stripes a message over its
+                # QPs): a round starts only when the whole previous round is done
                 msg["after"] = list(parts[t.after])
             if t.bound is not None:
                 msg["bound"] = t.bound
@@ -143,9 +148,11 @@ def driver_results(children: Iterable[tuple[str, Child]], timeout: float) -> dic
 
 def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
                   config: dict | None = None, deadline_s: float = 60.0, seed: int = 0,
-                  on_start=None) -> TransferResult:
-    """Run ``transfers`` with ``transport``; ``on_start(t0)`` is called at the common start."""
-    plans, parts = plan_transfers(fab.spec, transport, transfers, config, deadline_s, seed)
+                  on_start=None, qps: int = 1) -> TransferResult:
+    """Run ``transfers`` with ``transport``; ``on_start(t0)`` is called at the common start;
+    ``qps``: RC's queue pairs per plane and connection (module docstring)."""
+    plans, parts = plan_transfers(fab.spec, transport, transfers, config, deadline_s, seed,
+                                  qps)
     with ChildGroup() as group:
         for host, plan in plans.items():
             group.spawn(f"driver on {host}",

@@ -31,8 +31,9 @@ def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) ->
 
     MRC/DBLP: every SRv6 path of the pair (transit segments) as its EVs, and the NIC
     (plane) of each. RC: the
-    QP of plane ``lane`` between the hosts' plane addresses, with one fixed source
-    port (ECMP picks its spine). TCP: the loopbacks.
+    QP of plane ``lane % planes`` between the hosts' plane addresses (a connection split
+    over several QPs per plane has lanes beyond the planes), with one fixed source port
+    per connection (ECMP picks its spine). TCP: the loopbacks.
     """
     c: dict = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
     if transport in ("mrc", "dblp"):
@@ -43,8 +44,8 @@ def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) ->
         if not hasattr(spec, "plane_address"):
             raise EmuError("rc needs a single-DC fabric: its per-plane QP addresses are not "
                            "routed across DCs (use mrc or dblp)")
-        c["src_addr"] = str(spec.plane_address(a, lane))
-        c["peer_addr"] = str(spec.plane_address(b, lane))
+        c["src_addr"] = str(spec.plane_address(a, lane % spec.planes))
+        c["peer_addr"] = str(spec.plane_address(b, lane % spec.planes))
         c["sport"] = 49152 + conn  # one fixed 5-tuple: ECMP picks the spine
     return c
 

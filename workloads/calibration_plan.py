@@ -37,6 +37,7 @@ class Plan:
     eta_bdp: tuple[float, ...] = (0.5, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
     eta_dci_bdp: tuple[float, ...] = (0.5, 4.0, 16.0, 64.0)
     flows_per_host: tuple[int, ...] = (1, 2, 4)
+    rc_qps: tuple[int, ...] = (1, 4)  # RC's queue pairs per plane and connection, measured
     load_s: float = 0.8
     round_bytes: int = 256 << 10
     rounds: int = 16
@@ -65,10 +66,13 @@ class Plan:
             if len(set(sizes)) < 3 or sizes[0] <= 0 or sizes[-1] < 10 * sizes[0]:
                 raise EmuError(f"{name}={getattr(self, name)} is invalid: need >= 3 distinct "
                                "sizes > 0, the largest >= 10x the smallest")
+        if not self.rc_qps or any(type(q) is not int or q < 1 for q in self.rc_qps):
+            raise EmuError(f"rc_qps={self.rc_qps} is invalid: integers >= 1 (RC's queue "
+                           "pairs per plane and connection)")
         if self.burst_gap_rounds <= 0 or self.rounds < 1 or self.healthy_rounds < 1:
             raise EmuError("burst_gap_rounds must be > 0, rounds and healthy_rounds >= 1")
 
 
 QUICK = Plan(reps=3, eta_bdp=(0.5, 4.0, 16.0, 64.0), flows_per_host=(1, 2), load_s=0.6,
-             rounds=12, healthy_rounds=8, recovery_s=1.0)
+             rounds=12, healthy_rounds=8, recovery_s=1.0, rc_qps=(1,))
 FULL = Plan()
