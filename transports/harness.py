@@ -24,7 +24,7 @@ from typing import Any
 from emu.errors import EmuError
 from emu.fabric import Fabric
 from emu.launch import Child, ChildGroup
-from transports.plan import DEFAULT_CONFIG, TRANSPORTS, conn_spec
+from transports.plan import DEFAULT_CONFIG, RC_SPORT_BASE, TRANSPORTS, conn_spec
 
 READY_TIMEOUT_S = 60.0  # for every driver to bind its sockets on a busy machine
 
@@ -79,7 +79,8 @@ class TransferResult:
 
 
 def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict | None = None,
-                   deadline_s: float = 60.0, seed: int = 0, qps: int = 1
+                   deadline_s: float = 60.0, seed: int = 0, qps: int = 1,
+                   sport_base: int = RC_SPORT_BASE
                    ) -> tuple[dict[str, dict], dict[int, list[int]]]:
     """Every host's driver plan for ``transfers``, and each transfer's message ids (one
     per lane: RC stripes a message over ``qps`` QPs per plane). A transfer with ``after``
@@ -112,7 +113,8 @@ def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict
             if key not in pairs:
                 conn = pairs[key] = len(pairs) + 1
                 for a, b in ((t.src, t.dst), (t.dst, t.src)):
-                    plan_of(a)["conns"].append(conn_spec(spec, transport, a, b, conn, lane))
+                    plan_of(a)["conns"].append(conn_spec(spec, transport, a, b, conn, lane,
+                                                         sport_base))
             size = t.size // lanes + (1 if lane < t.size % lanes else 0)
             mid = len(parts) * lanes + lane + 1
             msg: dict[str, Any] = {"conn": pairs[key], "msg": mid, "size": size,
@@ -148,11 +150,13 @@ def driver_results(children: Iterable[tuple[str, Child]], timeout: float) -> dic
 
 def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
                   config: dict | None = None, deadline_s: float = 60.0, seed: int = 0,
-                  on_start=None, qps: int = 1) -> TransferResult:
+                  on_start=None, qps: int = 1, sport_base: int = RC_SPORT_BASE
+                  ) -> TransferResult:
     """Run ``transfers`` with ``transport``; ``on_start(t0)`` is called at the common start;
-    ``qps``: RC's queue pairs per plane and connection (module docstring)."""
+    ``qps``: RC's queue pairs per plane and connection (module docstring); ``sport_base``:
+    RC's first source port (transports/plan.py's ``conn_spec``)."""
     plans, parts = plan_transfers(fab.spec, transport, transfers, config, deadline_s, seed,
-                                  qps)
+                                  qps, sport_base)
     with ChildGroup() as group:
         for host, plan in plans.items():
             group.spawn(f"driver on {host}",

@@ -26,14 +26,19 @@ DEFAULT_CONFIG: dict[str, dict[str, Any]] = {
     "dblp": {"rto_max": 2.0}}
 
 
-def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) -> dict:
+RC_SPORT_BASE = 49152  # RC's source ports: this + the connection id
+
+
+def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0,
+              sport_base: int = RC_SPORT_BASE) -> dict:
     """Host ``a``'s end of connection ``conn`` to ``b``, as a driver/endpoint plan entry.
 
     MRC/DBLP: every SRv6 path of the pair (transit segments) as its EVs, and the NIC
     (plane) of each. RC: the
     QP of plane ``lane % planes`` between the hosts' plane addresses (a connection split
     over several QPs per plane has lanes beyond the planes), with one fixed source port
-    per connection (ECMP picks its spine). TCP: the loopbacks.
+    per connection, ``sport_base`` + ``conn`` (ECMP picks its spine: another base is
+    another draw of the hash). TCP: the loopbacks.
     """
     c: dict = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
     if transport in ("mrc", "dblp"):
@@ -46,7 +51,7 @@ def conn_spec(spec, transport: str, a: str, b: str, conn: int, lane: int = 0) ->
                            "routed across DCs (use mrc or dblp)")
         c["src_addr"] = str(spec.plane_address(a, lane % spec.planes))
         c["peer_addr"] = str(spec.plane_address(b, lane % spec.planes))
-        c["sport"] = 49152 + conn  # one fixed 5-tuple: ECMP picks the spine
+        c["sport"] = sport_base + conn  # one fixed 5-tuple: ECMP picks the spine
     return c
 
 

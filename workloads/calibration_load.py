@@ -4,8 +4,9 @@ Its one job: the load-balance samples. Every host sends to ``k`` hosts of the ne
 (the same local indices onward), ``k`` in ``Plan.flows_per_host``, each source's bytes
 sized to ``Plan.load_s`` seconds at its ideal rate; the goodput against the ideal, per
 flows per uplink. RC runs once per ``Plan.rc_qps`` (its connections split over that many
-queue pairs per plane, each its own 5-tuple). A sample of a transport ECMP hashes also
-carries its F hashed flows and the N uplinks they hash onto.
+queue pairs per plane, each its own 5-tuple), its source ports moved every repetition
+(another draw of the hash). A sample of a transport ECMP hashes also carries its F hashed
+flows and the N uplinks they hash onto.
 """
 
 from __future__ import annotations
@@ -13,9 +14,15 @@ from __future__ import annotations
 from emu.fabric import Fabric
 from transports import harness
 from transports.harness import Transfer
+from transports.plan import RC_SPORT_BASE
 from workloads.calibration_samples import LoadSample
 from workloads.calibration_session import Session
 from workloads.calibration_transfers import ECMP, checked, cpu_use, transport_config
+
+# RC's source ports move by this much every repetition: each repetition is another draw
+# of the ECMP hash (the same 5-tuples would land where they did, every time), so the
+# mean over repetitions estimates the hashing's expectation the explorer's law uses.
+SPORT_STRIDE = 1024
 
 
 def measure_load(s: Session, fab: Fabric) -> None:
@@ -34,8 +41,10 @@ def measure_load(s: Session, fab: Fabric) -> None:
                 transfers = [Transfer(hosts[i],
                                       hosts[((i // h + 1) % racks) * h + (i + m) % h], size)
                              for i in range(len(hosts)) for m in range(k)]
-                res = harness.run_transfers(fab, t, transfers, config=transport_config(t),
-                                            deadline_s=120, qps=qps)
+                res = harness.run_transfers(fab, t, transfers,
+                                            config=transport_config(t, dict(s.plan.rc_config)),
+                                            deadline_s=120, qps=qps,
+                                            sport_base=RC_SPORT_BASE + rep * SPORT_STRIDE)
                 checked(res)
                 fpu = k * h * regime.lanes / (spec.planes * spec.spines)
                 f = n = None

@@ -38,6 +38,7 @@ class Plan:
     eta_dci_bdp: tuple[float, ...] = (0.5, 4.0, 16.0, 64.0)
     flows_per_host: tuple[int, ...] = (1, 2, 4)
     rc_qps: tuple[int, ...] = (1, 4)  # RC's queue pairs per plane and connection, measured
+    rc_config: tuple[tuple[str, float], ...] = ()  # RC core settings over its defaults
     load_s: float = 0.8
     round_bytes: int = 256 << 10
     rounds: int = 16

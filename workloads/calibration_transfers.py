@@ -10,9 +10,12 @@ driver was CPU-bound can be told apart.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from emu.errors import EmuError
 from transports.harness import TransferResult
+from transports.plan import DEFAULT_CONFIG
 from workloads.calibration_samples import CpuUse
 
 TCP_CONFIG = {"cc": "cubic"}  # Linux's default (this host's namespaces may default to BBR)
@@ -22,9 +25,13 @@ CPU_WINDOW_S = 0.1
 ECMP = ("rc", "tcp")  # transports whose paths ECMP hashes and the control plane moves
 
 
-def transport_config(transport: str, **extra) -> dict | None:
+def transport_config(transport: str, rc: Mapping[str, Any] | None = None,
+                     **extra) -> dict | None:
     """The harness configuration of ``transport`` (None: the harness's default; TCP's
-    ``extra`` settings, e.g. a source port, go with its congestion control)."""
+    ``extra`` settings, e.g. a source port, go with its congestion control; ``rc``:
+    settings of RC's core over its defaults, ``Plan.rc_config``)."""
+    if transport == "rc" and rc:
+        return {**DEFAULT_CONFIG["rc"], **rc}
     return {**TCP_CONFIG, **extra} if transport == "tcp" else None
 
 
