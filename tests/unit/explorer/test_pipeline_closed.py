@@ -52,9 +52,10 @@ def grid() -> list[tuple]:
 
 def errors(cases: list[tuple]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"gpipe": [], "1f1b": [], "interleaved": []}
-    for args in cases:
+    closed = pipeline_time_np(*as_arrays(cases))  # the closed forms, all cases at once
+    for args, t in zip(cases, closed, strict=True):
         sim = simulated_time(*args)
-        out[args[0]].append((pipeline_time(*args) - sim) / sim)
+        out[args[0]].append((float(t) - sim) / sim)
     return out
 
 
@@ -172,7 +173,8 @@ def as_arrays(cases: list[tuple]) -> list[np.ndarray]:
 
 
 def test_numpy_agrees_with_scalar_on_random_inputs() -> None:
-    cases = random_cases(3000, seed=1)
+    # One formula: a batch of any mix of kinds gives what each point gives on its own.
+    cases = random_cases(600, seed=1)
     got = pipeline_time_np(*as_arrays(cases))
     want = np.array([pipeline_time(*c) for c in cases])
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
@@ -245,6 +247,10 @@ def test_inflight_is_the_simulated_peak_of_stage_0(args: tuple) -> None:
                                  g)).peak_inflight
     assert inflight(*args) == pytest.approx(peak[0], rel=1e-12)
     assert peak[0] == max(peak)
+    code = SCHEDULE_CODES[schedule]
+    for s in range(p):  # every stage's own peak (memory is the busiest stage's)
+        got = inflight_np(code, p, m, v, e, g, stage=s)
+        assert got == pytest.approx(peak[s], rel=1e-12), s
 
 
 def test_inflight_formulas() -> None:
