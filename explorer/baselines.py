@@ -15,7 +15,7 @@
                             evenly and reaches it, else one layer per chunk)
   microbatch                1 sequence                                             T4
   recomputation             none ("without activation checkpointing" at 8K); where 3.3.2
-                            nothing fits, selective, then full
+                            memory refuses it (or it is faster), selective or full
   sequence parallelism      on (Megatron-style TP)                                 3.3.2
   optimizer                 zero2: "FSDP ... shard optimizer states and            3.3.2
                             gradients", parameters kept after the forward
@@ -125,8 +125,8 @@ def production(dec: Space, cal: Calibration) -> Baseline:
     pps = ax.values if ax else tuple(2**i for i in range(8) if 2**i <= probe.model.layers)
     gpus = sum(probe.cluster.gpus)
     last = "no PP tried"
-    for rec in RECOMPUTE_FALLBACK:
-        found = []
+    found = []
+    for rank, rec in enumerate(RECOMPUTE_FALLBACK):
         for pp in pps:
             replica = values["placement.tp"] * values["placement.cp"] * pp
             if gpus % replica:
@@ -140,13 +140,16 @@ def production(dec: Space, cal: Calibration) -> Baseline:
             b = evaluate(cfg, cal)
             last = b.reason or last
             if b.feasible:
-                found.append((b.time_to_train_s, pp, cfg, b))
-        if found:
-            _, _, cfg, b = min(found, key=lambda x: (x[0], x[1]))
-            note = SOURCE + ("" if rec == "none" else
-                             f"; {rec} recomputation (nothing fits without)")
-            return Baseline("production", cfg, b, note)
-    return Baseline("production", None, None, f"nothing fits the recipe ({last})")
+                found.append((b.time_to_train_s, rank, pp, cfg, b))
+    if not found:
+        return Baseline("production", None, None, f"nothing fits the recipe ({last})")
+    # The fastest that fits: no recomputation unless it costs less than what fits without
+    # (where memory refuses every PP without it, the operator recomputes).
+    _, rank, _, cfg, b = min(found, key=lambda x: (x[0], x[1], x[2]))
+    rec = RECOMPUTE_FALLBACK[rank]
+    note = SOURCE + ("" if rec == "none" else f"; {rec} recomputation: faster than what "
+                     "fits without, or nothing does")
+    return Baseline("production", cfg, b, note)
 
 
 def _best(space: Space, cal: Calibration, name: str, note: str = "") -> Baseline:
