@@ -212,7 +212,8 @@ def _validate(args: argparse.Namespace) -> int:
         for r in s.rows:
             print(f"  {r.label:<44} measured {r.measured:9.3f}  predicted {r.predicted:9.3f}"
                   f"  error {r.error * 100:+6.1f} %  network {r.network_share * 100:4.0f} %"
-                  f"{'' if r.scored else '  (fit row)'}")
+                  f"{'' if r.scored else '  (fit row)'}"
+                  f"{'  (memory refused: time with HBM lifted)' if r.memory_refused else ''}")
         print(f"  mean |error| {s.mean_abs_error * 100:.1f} %, max {s.max_abs_error * 100:.1f} %,"
               f" Spearman rank correlation of per-GPU throughput {s.spearman:.3f}")
     from explorer.validate_groups import group_scores

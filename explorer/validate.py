@@ -18,7 +18,10 @@ and measured per-GPU throughput over the scored rows (ties get average ranks; a 
 step times is ranked on model FLOP/s per GPU, since the times mostly rank the model
 sizes, which would make the correlation trivially high). Predictions are of
 the step alone (failures and microbursts are set to zero: the published runs report
-steady-state throughput).
+steady-state throughput). A row that ran but that the memory model refuses is scored on
+its time with the HBM limit lifted and flagged ``memory_refused`` (the memory miss is
+the memory check's to report, explorer/memory_check.py; the row's time is still a
+measurement of the time model).
 """
 
 from __future__ import annotations
@@ -129,11 +132,21 @@ def _with_efficiency(cfg: Config, eff: float) -> Config:
     return cfg.replace({"gpu.gemm_efficiency": eff})
 
 
+def _evaluate_ran(cfg: Config, cal: Calibration) -> tuple[Breakdown, Config, bool]:
+    """A row that ran: its breakdown, and whether the memory model refused it (then the
+    breakdown is with the HBM limit lifted, module docstring)."""
+    b = evaluate(cfg, cal)
+    if b.feasible or b.reason != "memory":
+        return b, cfg, False
+    lifted = cfg.replace({"gpu.hbm_gib": max(b.memory_gib, cfg.gpu.hbm_gib) * 2})
+    return evaluate(lifted, cal), lifted, True
+
+
 def fit_efficiency(table: Table, row: Row, cal: Calibration) -> float:
     """The gemm_efficiency at which the model reproduces ``row`` (bisection)."""
     def value(eff: float) -> float:
-        cfg = _with_efficiency(row.config, eff)
-        return predict_metric(table, evaluate(cfg, cal), cfg)
+        b, cfg, _ = _evaluate_ran(_with_efficiency(row.config, eff), cal)
+        return predict_metric(table, b, cfg)
     lo, hi = 0.05, 1.0
     # Throughput grows with efficiency; step time falls.
     sign = -1.0 if table.metric == "step_seconds" else 1.0
@@ -188,6 +201,7 @@ class RowScore:
     network_share: float
     tflops_predicted: float
     tflops_measured: float
+    memory_refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -209,7 +223,8 @@ class Score:
                 "spearman": self.spearman,
                 "rows": [{"label": r.label, "measured": r.measured, "predicted": r.predicted,
                           "error": r.error, "scored": r.scored,
-                          "network_share": r.network_share} for r in self.rows]}
+                          "network_share": r.network_share,
+                          "memory_refused": r.memory_refused} for r in self.rows]}
 
 
 def network_share(b: Breakdown, cfg: Config) -> float:
@@ -250,12 +265,13 @@ def score(table: Table, cal: Calibration, fit: str | None = None,
     out, ranked = [], []
     for r in table.rows:
         cfg = r.config if efficiency is None else _with_efficiency(r.config, efficiency)
-        b = evaluate(cfg, cal)
+        b, cfg, refused = _evaluate_ran(cfg, cal)
         pred = predict_metric(table, b, cfg)
         err = (pred - r.measured) / r.measured if math.isfinite(pred) else math.nan
         tp = tflops(table, pred, cfg) if math.isfinite(pred) else math.nan
         out.append(RowScore(r.label, r.measured, pred, err, r.label != fit_row,
-                            network_share(b, cfg), tp, tflops(table, r.measured, cfg)))
+                            network_share(b, cfg), tp, tflops(table, r.measured, cfg),
+                            refused))
         if r.label != fit_row and math.isfinite(pred):
             ranked.append((rank_value(table, pred, cfg), rank_value(table, r.measured, cfg)))
     scored = [x for x in out if x.scored]

@@ -84,6 +84,20 @@ def test_scored_rows_exclude_the_fit_row(cal):
     assert [r.label for r in s.rows if not r.scored] == ["145.6B"]
 
 
+def test_a_row_the_memory_model_refuses_is_scored_on_its_time_and_flagged(published, cal):
+    s = published["llama3-405b-table4"]
+    row = next(r for r in s.rows if r.label.startswith("8192 GPUs"))
+    t = load_table(PUBLISHED / "llama3_405b.toml")
+    cfg = next(r for r in t.rows if r.label == row.label).config.replace(
+        {"gpu.gemm_efficiency": s.efficiency})
+    refused = evaluate(cfg, cal)
+    assert not refused.feasible and refused.reason == "memory"
+    lifted = cfg.replace({"gpu.hbm_gib": 1000.0})
+    assert row.memory_refused and row.scored
+    assert row.predicted == pytest.approx(predict_metric(t, evaluate(lifted, cal), lifted))
+    assert not any(r.memory_refused for r in published["megatron-sc21-weak-scaling"].rows)
+
+
 def test_memory_model_admits_what_ran(cal):
     checks = memory_checks(sorted(PUBLISHED.glob("*.toml")), cal)
     zero = [c for c in checks if c.what.startswith("7.5B")]
