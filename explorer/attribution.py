@@ -47,7 +47,11 @@ def attribute(ex: Exploration) -> list[dict[str, Any]]:
     rows = []
     for o in ex.scenarios:
         prod = o.baselines.get("production")
+        # the scenario's DCI, whether an axis of the grid or fixed (a one-value grid)
+        cfg = o.best.config if o.best else (prod.config if prod else None)
         row: dict[str, Any] = {
+            "dci": {"dci.delay_ms": cfg.dci.delay_ms, "dci.pair_tbps": cfg.dci.pair_tbps}
+            if cfg is not None else {},
             "scenario": o.search.scenario, "production": o.speedup("production"),
             "sota": o.speedup("sota"), "ablation": o.ablation_speedups(),
             "best_transport": o.best.config.network.transport if o.best else None,

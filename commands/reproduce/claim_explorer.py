@@ -305,7 +305,7 @@ def _dci_table(per: list[dict[str, Any]]) -> Table:
     """Median speed-up over production per DCI delay and capacity (over the other axes)."""
     cells: dict[tuple[Any, Any], list[float]] = {}
     for s in per:
-        sc = s["scenario"]
+        sc = s["scenario"] | s.get("dci", {})
         if s["production"]:
             cells.setdefault((sc.get("dci.delay_ms"), sc.get("dci.pair_tbps")), []).append(
                 s["production"])

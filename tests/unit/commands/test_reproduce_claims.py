@@ -108,7 +108,10 @@ def test_explorer_claim_on_one_scenario(tmp_path: Path) -> None:
     assert "not scale-across gains" in r.reason
     assert (tmp_path / "speedups.png").is_file()
     assert r.tables[0].columns[-2:] == ("removes most", "label")
-    assert r.tables[1].columns[0] == "delay ms"
+    # the DCI table has the fixed delay and capacity as its one cell
+    assert r.tables[1].columns == ("delay ms", "100 Tbit/s")
+    assert [row[0] for row in r.tables[1].rows] == [5.0]
+    assert r.tables[1].rows[0][1] == pytest.approx(prod.median, abs=1e-3)
     checks = r.tables[2]
     assert checks.columns[:3] == ("check", "kind", "predicted") and len(checks.rows) >= 3
 
