@@ -55,7 +55,11 @@ def attribute(ex: Exploration) -> list[dict[str, Any]]:
             "scenario": o.search.scenario, "production": o.speedup("production"),
             "sota": o.speedup("sota"), "ablation": o.ablation_speedups(),
             "best_transport": o.best.config.network.transport if o.best else None,
-            "best_cross": o.best.config.placement.cross if o.best else None}
+            "best_cross": o.best.config.placement.cross if o.best else None,
+            # what the recipe settled on (a recomputation there is the memory model's call)
+            "production_plan": (f"PP{prod.config.placement.pp} "
+                                f"{prod.config.schedule.recompute}")
+            if prod is not None and prod.config is not None else None}
         if o.best is not None and prod is not None and prod.breakdown is not None \
                 and prod.breakdown.feasible:
             removed = removed_parts(prod.breakdown.as_dict(), o.best.breakdown.as_dict())

@@ -329,10 +329,13 @@ def _scenario_table(per: list[dict[str, Any]]) -> Table:
                      *(round(x, 3) if x else "-" for x in
                        (s["production"], s["sota"], ab.get("placement"), ab.get("schedule"),
                         ab.get("network"))),
+                     s.get("production_plan") or "-",
                      f"{top.removesuffix('_s')} {removed[top]:.2f} s" if top else "-",
                      s.get("label", "-")))
-    return Table("Per scenario: speed-up of the best configuration, the step part it removes "
-                 "most (seconds of production's step), and whether the gain grows with the "
-                 "DCI's cost",
+    return Table("Per scenario: speed-up of the best configuration, the production recipe's "
+                 "pipeline depth and recomputation, the step part the gain removes most "
+                 "(seconds of production's step), and whether the gain grows with the DCI's "
+                 "cost",
                  (*keys, "vs production", "vs state of the art", "placement alone",
-                  "schedule alone", "network alone", "removes most", "label"), tuple(rows))
+                  "schedule alone", "network alone", "production PP, recompute",
+                  "removes most", "label"), tuple(rows))

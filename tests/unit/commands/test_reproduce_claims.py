@@ -107,7 +107,9 @@ def test_explorer_claim_on_one_scenario(tmp_path: Path) -> None:
     assert "At emulator scale the model predicted" in r.reason
     assert "not scale-across gains" in r.reason
     assert (tmp_path / "speedups.png").is_file()
-    assert r.tables[0].columns[-2:] == ("removes most", "label")
+    assert r.tables[0].columns[-3:] == ("production PP, recompute", "removes most", "label")
+    pp, rec = r.tables[0].rows[0][-3].split()
+    assert pp.startswith("PP") and int(pp[2:]) >= 1 and rec in ("none", "selective", "full")
     # the DCI table has the fixed delay and capacity as its one cell
     assert r.tables[1].columns == ("delay ms", "100 Tbit/s")
     assert [row[0] for row in r.tables[1].rows] == [5.0]
