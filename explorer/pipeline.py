@@ -247,31 +247,59 @@ def pipeline_time_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLi
     arguments; ``invalid="nan"`` returns NaN for invalid elements instead of raising."""
     a, bad = _np_inputs(invalid, schedule=schedule, p=p, m=m, v=v, e=e, g=g, t_f=t_f,
                         t_b=t_b, c_lat=c_lat, c_ser=c_ser, x_lat=x_lat, x_ser=x_ser)
-    sch, p, m, v, e, g = (a[k] for k in _INT_ARGS)
-    t_f, t_b, c_lat, c_ser, x_lat, x_ser = (a[k] for k in _TIME_ARGS)
+    shape = bad.shape
+    flat = {k: x.ravel() for k, x in a.items()}
+    # Rows of one (p, g) at a time: the loops' candidate spans and anchors are then
+    # numbers, so the ones that cannot exist there (span >= p, an anchor outside the
+    # pipeline) are skipped instead of masked, and repeats are evaluated once.
+    key = flat["p"] * (int(flat["g"].max(initial=1)) + 1) + flat["g"]
+    pairs = np.unique(key)
+    if 0 < len(pairs) <= _MAX_GROUPS:
+        res = np.empty(key.shape)
+        for k in pairs:
+            ix = np.flatnonzero(key == k)
+            sub: dict[str, Any] = {n: x[ix] for n, x in flat.items()}
+            sub["p"], sub["g"] = int(flat["p"][ix[0]]), int(flat["g"][ix[0]])
+            res[ix] = _closed(**sub)
+    else:
+        res = _closed(**flat)
+    return np.where(bad, np.nan, res.reshape(shape))
+
+
+_MAX_GROUPS = 256  # distinct (p, g) pairs taken one at a time (a search has a few dozen)
+
+
+def _closed(schedule: np.ndarray, p: Any, m: np.ndarray, v: np.ndarray, e: np.ndarray,
+            g: Any, t_f: np.ndarray, t_b: np.ndarray, c_lat: np.ndarray, c_ser: np.ndarray,
+            x_lat: np.ndarray, x_ser: np.ndarray) -> np.ndarray:
+    """The closed forms on checked 1-D columns; ``p`` and ``g`` are columns or, for rows
+    of one (p, g), numbers (then impossible loop candidates are skipped)."""
+    sch = schedule
+    fixed = isinstance(p, int) and isinstance(g, int)
     q = p // g
     dc, dx = c_lat + c_ser, x_lat + x_ser
     big_t = t_f + t_b
     il = sch == INTERLEAVED
+    zero = 0 * m  # an integer column of the rows' shape
     # Rows of one kind at a time (the caller's grouping) take the short forms below: one
     # DC along every pipeline (no DCI boundary: q = p), or one schedule family.
-    g_max = int(g.max()) if g.size else 1
+    g_max = g if fixed else (int(g.max()) if g.size else 1)
     one_dc = g_max == 1
     all_il, no_il = bool(il.all()), not il.any()
 
-    def dseg(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    def dseg(lo: Any, hi: Any) -> Any:
         if one_dc:
             return (hi - lo) * dc
         h = hi // q - lo // q
         return h * dx + (hi - lo - h) * dc
 
-    def warm(s: np.ndarray) -> Any:
+    def warm(s: Any) -> Any:
         w_il = np.minimum(2 * (p - s - 1) + (v - 1) * p + e, m * v) if not no_il else 0
         w_1 = (np.minimum(p - s - 1, m) if one_dc else
                np.minimum(p - s - 1 + e * (g - 1 - s // q), m)) if not all_il else 0
         return w_il if all_il else w_1 if no_il else np.where(il, w_il, w_1)
 
-    d_phys = dseg(np.zeros_like(p), p - 1)
+    d_phys = dseg(0, p - 1)
     s_max = np.maximum(np.where(p > g, c_ser, 0.0), np.where(g > 1, x_ser, 0.0))
     gpipe = p * big_t + 2 * d_phys + (m - 1) * (np.maximum(t_f, s_max)
                                                 + np.maximum(t_b, s_max))
@@ -295,7 +323,7 @@ def pipeline_time_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLi
     base_il = ((m * v + p - 1) * u + d_phys + d_virtual + ring_wait
                + (p - 1) * np.maximum(0.0, s_max_il - u))
 
-    def round_trip(s2: np.ndarray, w2: np.ndarray) -> np.ndarray:
+    def round_trip(s2: Any, w2: Any) -> Any:
         # extra of a detour from the last stage to s2 (w2: s2's warm-up)
         return 2 * dseg(s2, p - 1) - (w2 - w_last - (p - 1 - s2)) * u
 
@@ -305,11 +333,13 @@ def pipeline_time_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLi
     if not loop_ok.any():
         spans: tuple = ()  # GPipe alone has no stall loops
     elif one_dc:  # q = p: spans q and q + 1 cannot fit, q - 1 is p - 1
-        spans = (np.ones_like(p), 2 * np.ones_like(p), p - 1)
+        spans = (1, 2, p - 1)
     else:
-        spans = (np.ones_like(p), 2 * np.ones_like(p), q - 1, q, q + 1, p - 1)
+        spans = (1, 2, q - 1, q, q + 1, p - 1)
+    if fixed:  # only spans a pipeline of p stages has, each once
+        spans = tuple(sorted({sp for sp in spans if 1 <= sp < p}))
     for span in spans:
-        starts = [(np.zeros_like(p), loop_ok), (p - 1 - span, loop_ok)]
+        starts = [(zero, loop_ok), (p - 1 - span, loop_ok)]
         if one_dc:  # group 0's anchors: 0, p-1-span and -span repeat or cannot start
             starts.append((p - 1, loop_ok))
         else:
@@ -318,6 +348,9 @@ def pipeline_time_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLi
                 ok = loop_ok & (k < g)
                 starts += [(kq, ok), (kq + q - 1 - span, ok), (kq + q - 1, ok),
                            (kq - span, ok)]
+        if fixed:  # anchors inside the pipeline, each once
+            starts = [(s0, loop_ok) for s0 in sorted({int(np.max(s0)) for s0, _ in starts})
+                      if s0 >= 0 and s0 + span < p]
         for s, ok in starts:
             r = s + span
             ok = ok & (span >= 1) & (span < p) & (s >= 0) & (r < p)
@@ -334,15 +367,14 @@ def pipeline_time_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLi
     lap = np.maximum(0.0, np.maximum(d_ring - p * t_f / v, d_ring - p * t_b / v))
     sigma = ((v - 1) * lap + p * eps) / (p * v)
     mix_ok = il & (v > 1)
-    mix = [(np.zeros_like(p), mix_ok), (p - 1, mix_ok)]
+    mix = [(zero, mix_ok), (p - 1 + zero, mix_ok)]
     if not one_dc:
         for k in range(g_max):
-            mix += [(k * q, mix_ok & (k < g)), (k * q + q - 1, mix_ok & (k < g))]
+            mix += [(k * q + zero, mix_ok & (k < g)), (k * q + q - 1 + zero, mix_ok & (k < g))]
     for s2, ok in (mix if mix_ok.any() else ()):
         s2 = np.where(ok, s2, 0)
         w2 = warm(s2)
         left = slots - 2 - w2
         val = round_trip(s2, w2) + left * sigma
         stall = np.where(ok & (left >= 0), np.maximum(stall, val), stall)
-    res = np.where(sch == GPIPE, gpipe, np.where(il, base_il, base_1f1b) + stall)
-    return np.where(bad, np.nan, res)
+    return np.where(sch == GPIPE, gpipe, np.where(il, base_il, base_1f1b) + stall)

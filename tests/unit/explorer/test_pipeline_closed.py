@@ -267,3 +267,24 @@ def test_uniform_case_places_dci_boundaries_and_the_wrap() -> None:
     assert c.t_fwd == (0.5,) * 8 and c.warmup_extra == (1,) * 4
     assert uniform_case("1f1b", 4, 8, 1, 2, 1.0, 2.0, 0, 0, 1, 0, 4).warmup_extra == (
         6, 4, 2, 0)
+
+
+def test_rows_of_one_stage_count_at_a_time_give_the_same_times(monkeypatch) -> None:
+    # The grouped path skips loop candidates a (p, g) cannot have; over random valid rows
+    # it must equal the path that masks them on mixed columns.
+    import explorer.pipeline as pl
+
+    rng = np.random.default_rng(7)
+    n = 4000
+    sched = rng.integers(0, 3, n)
+    p = 2 ** rng.integers(0, 6, n)
+    g = np.minimum(2 ** rng.integers(0, 3, n), p)
+    v = np.where(sched == pl.INTERLEAVED, rng.integers(1, 5, n), 1)
+    m = p * rng.integers(1, 9, n)
+    e = rng.integers(0, 3, n)
+    args = [sched, p, m, v, e, *(rng.random(n) for _ in range(6)), g]
+    grouped = pl.pipeline_time_np(*args)
+    monkeypatch.setattr(pl, "_MAX_GROUPS", 0)
+    mixed = pl.pipeline_time_np(*args)
+    assert len(np.unique(p * 8 + g)) > 10
+    assert np.array_equal(grouped, mixed)
