@@ -12,7 +12,8 @@
   PP                        searched: the fastest that fits (16 for 405B at 8K)    T4
   schedule                  interleaved, chunks v so the bubble (p-1)/(v m) stays  3.3.2
                             near 10 % (the smallest v that splits a stage's layers
-                            evenly and reaches it, else one layer per chunk)
+                            evenly and reaches it, else one layer per chunk); 1F1B
+                            where the microbatches are not a multiple of PP
   microbatch                1 sequence                                             T4
   recomputation             none ("without activation checkpointing" at 8K); where 3.3.2
                             memory refuses it (or it is faster), selective or full
@@ -134,9 +135,13 @@ def production(dec: Space, cal: Calibration) -> Baseline:
                 continue
             m = probe.model.batch_seqs // (gpus // replica)
             v = production_chunks(pp, m, probe.model.layers)
+            # Llama 3's schedule runs any number of microbatches; where interleaving
+            # cannot (m not a multiple of p), the model's nearest is 1F1B.
+            flat = pp == 1 or m % pp != 0
+            v = 1 if flat else v
             cfg = build_config(values | {"placement.pp": pp, "schedule.virtual_stages": v,
                                          "schedule.recompute": rec}
-                               | ({"schedule.pipeline": "1f1b"} if pp == 1 else {}))
+                               | ({"schedule.pipeline": "1f1b"} if flat else {}))
             b = evaluate(cfg, cal)
             last = b.reason or last
             if b.feasible:
@@ -203,7 +208,9 @@ def ablation(dec: Space, cal: Calibration, prod: Baseline, which: str) -> Baseli
     else:
         keys = tuple(a.key for a in dec.axes if a.key.startswith("schedule.")
                      and a.key not in NETWORK_KEYS)
-    axes = _decision_axes(dec, keys)
+    # production's own values are candidates too: searching from it never loses it
+    axes = {k: v if flat.get(k, v[0]) in v else (*v, flat[k])
+            for k, v in _decision_axes(dec, keys).items()}
     fixed = {a.key: flat[a.key] for a in dec.axes if a.key not in axes and a.key in flat}
     space = with_axes(dec, fixed=fixed | _prod_fixed(flat, axes), axes=axes)
     return _best(space, cal, which)

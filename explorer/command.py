@@ -167,6 +167,7 @@ def _fmt(x: float | None, unit: str = "", scale: float = 1.0, digits: int = 2) -
 
 
 def _report(ex: Any, summary: dict, top: int) -> None:
+    from explorer.baselines import SOTA_NAME
     from explorer.report import top_table
 
     c, t = summary["counts"], summary["timings"]
@@ -178,9 +179,10 @@ def _report(ex: Any, summary: dict, top: int) -> None:
          + (f", points file {t['write_points_s']:.1f} s" if "write_points_s" in t else ""))
     print(top_table(ex, top))
     sp = summary["speedups"]
-    print(f"speed-up of the best configuration over production: max "
+    print(f"speed-up of the best configuration over production (Llama 3's recipe): max "
           f"{_fmt(sp['production']['max'], 'x')}, median {_fmt(sp['production']['median'], 'x')}"
-          f"; over the state-of-the-art heuristic: max {_fmt(sp['sota']['max'], 'x')}, median "
+          f"; over the state of the art ({SOTA_NAME}): max {_fmt(sp['sota']['max'], 'x')}, "
+          f"median "
           f"{_fmt(sp['sota']['median'], 'x')} ({sp['production']['scenarios']} scenarios)")
     abl = ", ".join(f"{k.split('_', 1)[1]} {_fmt(v['median'], 'x')}"
                     for k, v in sp.items() if k.startswith("ablation_"))

@@ -4,17 +4,20 @@ non-dominated, baselines and ablations are what they say."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from explorer_fixtures import calibration
 
-from explorer.baselines import PRODUCTION, production, production_chunks
+from explorer.baselines import PRODUCTION, ablation, production, production_chunks
 from explorer.columns import config_columns
 from explorer.exploration import explore
 from explorer.model import calibration_arrays, evaluate, step
 from explorer.search import pareto_front, search_scenario, with_axes
-from explorer.specfile import parse
+from explorer.specfile import load, parse
+
+ROOT = Path(__file__).resolve().parents[3]
 
 SMALL = {
     "name": "small",
@@ -166,6 +169,16 @@ def test_scenario_axes_are_searched_separately():
         assert o.best.config.dci.delay_ms == o.search.scenario["dci.delay_ms"]
 
 
+def _recipe_schedule(cfg, pp):
+    """The recipe's schedule at pp: interleaved with its chunks rule, or 1F1B where the
+    microbatches are not a multiple of pp (or one stage)."""
+    m = cfg.model.batch_seqs // (sum(cfg.cluster.gpus) // (8 * pp))
+    if pp == 1 or m % pp:
+        return {"schedule.pipeline": "1f1b", "schedule.virtual_stages": 1}
+    return {"schedule.pipeline": "interleaved",
+            "schedule.virtual_stages": production_chunks(pp, m, cfg.model.layers)}
+
+
 def test_production_baseline_follows_its_recipe():
     space = parse(SMALL)
     cal = calibration()
@@ -174,27 +187,34 @@ def test_production_baseline_follows_its_recipe():
     assert cfg is not None and prod.breakdown.feasible
     flat = cfg.flat()
     for k, v in PRODUCTION.items():
-        if k == "schedule.pipeline" and cfg.placement.pp == 1:
-            continue  # moot with one stage
-        if k == "schedule.recompute":
-            continue  # the recipe's none, or the fallback when nothing fits without
+        if k in ("schedule.pipeline", "schedule.recompute"):
+            continue  # the schedule's rule below; none, or what memory leaves
         assert flat[k] == v, k
     assert cfg.placement.tp == 8  # the NVLink domain (llama3-8b's 32 heads allow it)
     assert cfg.network.transport == "rc" and cfg.network.qps_per_connection == 16
     assert cfg.placement.cp == 1  # 8K tokens
     # the interleaving rule: the smallest v with a bubble near 10 %, one layer per chunk
-    m = cfg.model.batch_seqs // (sum(cfg.cluster.gpus) // (8 * cfg.placement.pp))
-    assert cfg.schedule.virtual_stages == production_chunks(cfg.placement.pp, m,
-                                                            cfg.model.layers)
+    rule = _recipe_schedule(cfg, cfg.placement.pp)
+    assert (cfg.schedule.pipeline, cfg.schedule.virtual_stages) == tuple(rule.values())
     # the fastest PP of the space that fits
     for pp in space.axis("placement.pp").values:
         if pp == cfg.placement.pp:
             continue
-        other = cfg.replace({"placement.pp": pp, "schedule.virtual_stages": production_chunks(
-            pp, cfg.model.batch_seqs // (sum(cfg.cluster.gpus) // (8 * pp)),
-            cfg.model.layers), "schedule.pipeline": "1f1b" if pp == 1 else "interleaved"})
+        other = cfg.replace({"placement.pp": pp} | _recipe_schedule(cfg, pp))
         b = evaluate(other, cal)
         assert not b.feasible or b.time_to_train_s >= prod.breakdown.time_to_train_s
+
+
+def test_production_runs_1f1b_where_the_batch_cannot_interleave():
+    # 2 DCs of 8,192 GPUs and too few sequences for any PP's microbatches to be a
+    # multiple of it: Llama 3's schedule still runs; the model's nearest is 1F1B.
+    space = load(ROOT / "experiments" / "explore" / "small_2dc.toml")
+    prod = production(with_axes(space, {}), calibration())
+    cfg = prod.config
+    assert cfg is not None and prod.breakdown.feasible
+    m = cfg.model.batch_seqs // (sum(cfg.cluster.gpus) // (8 * cfg.placement.pp))
+    assert cfg.placement.pp > 1 and m % cfg.placement.pp != 0
+    assert cfg.schedule.pipeline == "1f1b" and cfg.schedule.virtual_stages == 1
 
 
 def test_production_chunks_keep_the_bubble_near_ten_percent():
@@ -219,9 +239,25 @@ def test_explore_reports_speedups_ablation_and_rescore():
     assert abl["joint"] == pytest.approx(o.speedup("production"))
     for name in ("placement", "schedule", "network"):
         assert abl[name] is not None and abl[name] <= abl["joint"] * (1 + 1e-12)
+        # searched from production, with production's own values among the candidates
+        assert abl[name] >= 1 - 1e-12
     for p in o.top:
         assert math.isfinite(p.rescored_step_s)
         assert p.time_lo_s <= p.breakdown.time_to_train_s <= p.time_hi_s
+
+
+def test_an_ablation_keeps_production_values_outside_the_space():
+    # The space's chunk values do not include the recipe's; the schedule-only search from
+    # production must still be able to stay where production is.
+    doc = dict(SMALL) | {"schedule": SMALL["schedule"] | {"virtual_stages": [3]},
+                         "placement": SMALL["placement"] | {"pp": [2, 4]}}
+    space = with_axes(parse(doc), {})
+    prod = production(space, calibration())
+    assert prod.config is not None and prod.config.schedule.pipeline == "interleaved"
+    assert prod.config.schedule.virtual_stages != 3
+    a = ablation(space, calibration(), prod, "schedule")
+    assert a.breakdown is not None
+    assert a.breakdown.time_to_train_s <= prod.breakdown.time_to_train_s * (1 + 1e-12)
 
 
 def test_empty_space_names_the_binding_constraint():
