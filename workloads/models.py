@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.data import (
+from workloads.training.data import (
     CharCorpus,
     DigitsData,
     Shards,

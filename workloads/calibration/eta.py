@@ -25,7 +25,8 @@ def measure_eta(s: Session, fab: Fabric, src: str, dst: str, dci: bool) -> None:
         for bdp in s.plan.eta_dci_bdp if dci else s.plan.eta_bdp:
             size = max(1, round(bdp * regime.bdp_bytes))
             res = harness.run_transfers(fab, t, [Transfer(src, dst, size)],
-                                        config=transport_config(t), deadline_s=120)
+                                        config=transport_config(t, dict(s.plan.rc_config)),
+                                        deadline_s=120)
             checked(res)
             sample = TransferSample(rep, size, res.messages[0]["latency"], cpu_use(res))
             (a.eta_dci if dci else a.eta).append(sample)

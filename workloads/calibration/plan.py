@@ -5,7 +5,7 @@ counts, burst geometry, recovery timing; validated when made), the two plans the
 offers (``QUICK``, ``FULL``), and the default fabrics the measurements run on:
 ``FABRIC``, 2 planes x 4 spines x 2 racks x 4 hosts, 10 Mbit/s links, 16-packet FIFOs (at
 10 Mbit/s the eight Python drivers of a permutation stay far from CPU-bound;
-transports/bench.py found 2 cores short at twice the packet rate), and ``DCI_FABRIC``,
+commands/bench/transport.py found 2 cores short at twice the packet rate), and ``DCI_FABRIC``,
 2 DCs whose DCI links bind.
 """
 
@@ -37,6 +37,8 @@ class Plan:
     eta_bdp: tuple[float, ...] = (0.5, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0)
     eta_dci_bdp: tuple[float, ...] = (0.5, 4.0, 16.0, 64.0)
     flows_per_host: tuple[int, ...] = (1, 2, 4)
+    rc_qps: tuple[int, ...] = (1, 4)  # RC's queue pairs per plane and connection, measured
+    rc_config: tuple[tuple[str, float], ...] = ()  # RC core settings over its defaults
     load_s: float = 0.8
     round_bytes: int = 256 << 10
     rounds: int = 16
@@ -65,10 +67,13 @@ class Plan:
             if len(set(sizes)) < 3 or sizes[0] <= 0 or sizes[-1] < 10 * sizes[0]:
                 raise EmuError(f"{name}={getattr(self, name)} is invalid: need >= 3 distinct "
                                "sizes > 0, the largest >= 10x the smallest")
+        if not self.rc_qps or any(type(q) is not int or q < 1 for q in self.rc_qps):
+            raise EmuError(f"rc_qps={self.rc_qps} is invalid: integers >= 1 (RC's queue "
+                           "pairs per plane and connection)")
         if self.burst_gap_rounds <= 0 or self.rounds < 1 or self.healthy_rounds < 1:
             raise EmuError("burst_gap_rounds must be > 0, rounds and healthy_rounds >= 1")
 
 
 QUICK = Plan(reps=3, eta_bdp=(0.5, 4.0, 16.0, 64.0), flows_per_host=(1, 2), load_s=0.6,
-             rounds=12, healthy_rounds=8, recovery_s=1.0)
+             rounds=12, healthy_rounds=8, recovery_s=1.0, rc_qps=(1,))
 FULL = Plan()

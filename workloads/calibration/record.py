@@ -62,19 +62,25 @@ interval is widened to contain the value where a skewed statistic leaves it outs
   the repetitions in order, ``cpu_cores`` (busiest driver) and ``excluded``. Needs >= 3
   kept sizes, the largest >= 10x the smallest. ``eta_dci``: the same on the 2-DC fabric
   with the DCI binding; its rtt and BDP per transport are in ``fabric.dci``.
-* ``load_balance``: per flows_per_uplink (= concurrent flows x lanes / a leaf's uplinks
-  over all planes), value = mean over repetitions of aggregate goodput (all bytes / last
-  completion) / ideal (every source's usable NICs busy: min(flows x lanes, planes) NICs
-  at payload rate). ``balls_into_bins`` (ECMP transports): F flows hashed onto N uplinks,
-  E[occupied uplinks] / min(F, N) = N (1 - (1 - 1/N)^F) / min(F, N); for F = N it is
-  1 - (1 - 1/N)^N. It counts uplink collisions only, each busy uplink full (an upper bound).
+* ``load_balance``: per flows_per_uplink (= concurrent connections x lanes / a leaf's
+  uplinks over all planes) and ``qps_per_connection`` (RC's queue pairs per plane and
+  connection, each its own 5-tuple; 1 for the other transports), value = mean over
+  repetitions of aggregate goodput (all bytes / last completion) / ideal (every source's
+  usable NICs busy: min(flows x lanes, planes) NICs at payload rate). ``balls_into_bins``
+  (ECMP transports): F hashed flows (connections x QPs) onto N uplinks, E[occupied
+  uplinks] / min(F, N) = N (1 - (1 - 1/N)^F) / min(F, N); for F = N it is 1 - (1 -
+  1/N)^N. It counts uplink collisions only, each busy uplink full (an upper bound);
+  ``ecmp_flows`` and ``ecmp_uplinks`` are that F and N (null where nothing is hashed),
+  from which the explorer computes the most-loaded-link expectation (its ECMP law).
 * ``tail_inflation``: per burst geometry, value = P99 of the latencies of the rounds that
   overlapped a burst window (pooled over repetitions) / P50 of the healthy rounds (same
   repetitions, no bursts); percentiles interpolate linearly. ``burst_rtts`` = on-time /
   rtt_s; ``burst_excess_buffers`` = (sources x source rate - target rate) x on-time / 8 /
   (buffer_packets x frame_bytes); ``rounds``: the rounds under bursts behind the P99;
   ``burst_drops``: packets dropped at the target FIFOs while the bursts ran (every kept
-  repetition); ``delay_spike_only``: no drop at all, so the burst delayed and never lost.
+  repetition); ``delay_spike_only``: no drop at all, so the burst delayed and never lost;
+  ``healthy_p50_rtts``: the healthy rounds' P50 in RTTs (so (value - 1) x it is the delay
+  a burst adds, in RTTs).
   DBLP's rounds are bounded (``dblp.tolerance``), so its healthy P50 is a bounded one too.
 * ``recovery.link_cut``: per repetition lost = completion with the cut - without;
   ``lost_rtts`` = mean lost / rtt_s; ``convergence_s``: mean control-plane convergence
@@ -206,18 +212,22 @@ def _eta(samples: Sequence[TransferSample], regime: Regime, seed: int, resamples
 def _load(samples: Sequence[LoadSample], seed: int, resamples: int,
           name: str) -> tuple[list[dict], list[str]]:
     out, excluded = [], []
-    for fpu in sorted({s.flows_per_uplink for s in samples}):
-        at = sorted((s for s in samples if s.flows_per_uplink == fpu), key=lambda s: s.rep)
+    for fpu, qps in sorted({(s.flows_per_uplink, s.qps) for s in samples}):
+        at = sorted((s for s in samples if (s.flows_per_uplink, s.qps) == (fpu, qps)),
+                    key=lambda s: s.rep)
+        what = f"load_balance {fpu:g} flows per uplink" + (f" x {qps} QPs" if qps > 1 else "")
         reasons = [f"rep {s.rep}: {r}" for s in at if (r := s.cpu.bound())]
         if reasons:
-            excluded.append(f"load_balance {fpu:g} flows per uplink: " + "; ".join(reasons))
+            excluded.append(f"{what}: " + "; ".join(reasons))
         ratios = [s.goodput_mbit / s.ideal_mbit for s in at]
-        lo, hi = bootstrap(ratios, _mean, seed=_seed(seed, name, "lb", str(fpu)),
+        key = str(fpu) if qps == 1 else f"{fpu}x{qps}"  # qps 1 keeps its former seed
+        lo, hi = bootstrap(ratios, _mean, seed=_seed(seed, name, "lb", key),
                            resamples=resamples, value=_mean(ratios))
         f, n = at[0].ecmp_flows, at[0].ecmp_uplinks
-        out.append({"flows_per_uplink": fpu, "value": _mean(ratios), "lo": lo, "hi": hi,
+        out.append({"flows_per_uplink": fpu, "qps_per_connection": qps, "value": _mean(ratios),
+                    "lo": lo, "hi": hi,
                     "balls_into_bins": balls_into_bins(f, n) if f and n else None,
-                    "excluded": "; ".join(reasons) or None})
+                    "ecmp_flows": f, "ecmp_uplinks": n, "excluded": "; ".join(reasons) or None})
     if not samples:
         excluded.append("load_balance: not measured")
     return out, excluded
@@ -252,6 +262,8 @@ def _tails(healthy: Sequence[RoundsSample], bursts: Sequence[RoundsSample], regi
             p50 = _pct([x for h, _ in ps for x in h.latencies_s], 50)
             return p99 / p50 if p99 is not None and p50 else None
 
+        p50 = _pct([x for h, _ in pairs for x in h.latencies_s], 50)
+
         lo, hi = bootstrap(pairs, ratio, seed=_seed(seed, name, what), resamples=resamples,
                            value=ratio(pairs))
         drops = sum(b.burst_drops for _, b in pairs)
@@ -259,7 +271,8 @@ def _tails(healthy: Sequence[RoundsSample], bursts: Sequence[RoundsSample], regi
                     "burst_excess_buffers": geo.excess_buffers(regime),
                     "value": ratio(pairs), "lo": lo, "hi": hi, "burst_drops": drops,
                     "delay_spike_only": drops == 0,
-                    "rounds": sum(len(b.latencies_s) for _, b in pairs)})
+                    "rounds": sum(len(b.latencies_s) for _, b in pairs),
+                    "healthy_p50_rtts": None if p50 is None else p50 / regime.rtt_s})
     if not bursts:
         excluded.append("tail_inflation: not measured")
     return out, excluded

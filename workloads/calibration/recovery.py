@@ -33,7 +33,8 @@ def measure_recovery(s: Session, fab: Fabric) -> None:
         assert regime is not None  # set by the RTT probes, which run first
         size = round(regime.binding_mbit * 1e6 / 8 * s.plan.recovery_s)
         clean = harness.run_transfers(fab, t, [Transfer(src, dst, size)],
-                                      config=transport_config(t), deadline_s=120)
+                                      config=transport_config(t, dict(s.plan.rc_config)),
+                                      deadline_s=120)
         cut: dict = {}
         failure = BusiestUplinkDown(leaves, sample_s=0.1)
 
@@ -54,8 +55,8 @@ def measure_recovery(s: Session, fab: Fabric) -> None:
 
         try:
             res = harness.run_transfers(fab, t, [Transfer(src, dst, size)],
-                                        config=transport_config(t), deadline_s=120,
-                                        on_start=on_start)
+                                        config=transport_config(t, dict(s.plan.rc_config)),
+                                        deadline_s=120, on_start=on_start)
         finally:
             if th:
                 th[0].join(30)

@@ -107,7 +107,7 @@ def _set_regime(s: Session, spec: MultiPlaneClos | ScaleAcross, t: str, src: str
 
 def _rto_floor(transport: str, rtt_s: float) -> float:
     """The RTO floor of a UDP core as the harness configures it, on a path of ``rtt_s``
-    (an absolute part and a part in RTTs, transports/rto.py)."""
+    (an absolute part and a part in RTTs, transports/core/rto.py)."""
     from transports.core.rto import rto_floor
 
     kw: dict[str, Any] = DEFAULT_CONFIG[transport]

@@ -104,7 +104,8 @@ class TransferSample:
 @dataclass(frozen=True)
 class LoadSample:
     """One permutation: aggregate goodput vs ideal; ``ecmp_flows`` F hashed onto
-    ``ecmp_uplinks`` N (None for transports that do not hash)."""
+    ``ecmp_uplinks`` N (None for transports that do not hash); ``qps``: RC's queue pairs
+    per plane and connection (each its own hashed flow)."""
 
     rep: int
     flows_per_uplink: float
@@ -113,6 +114,7 @@ class LoadSample:
     cpu: CpuUse
     ecmp_flows: int | None = None
     ecmp_uplinks: int | None = None
+    qps: int = 1
 
 
 @dataclass(frozen=True)

@@ -55,16 +55,21 @@ _REGIME = {"rtt_s": "float", "payload_bytes": "int", "bdp_bytes": "float",
            "rto_floor_s": "float?"}
 _TRANSPORT = {
     "regime": _REGIME, "eta": _ETA, "eta_dci": ("null", _ETA),
-    "load_balance": [{"flows_per_uplink": "float", **_CI, "balls_into_bins": "float?",
-                      "excluded": "str?"}],
+    "load_balance": [{"flows_per_uplink": "float", "qps_per_connection": "int", **_CI,
+                      "balls_into_bins": "float?", "ecmp_flows": "int?",
+                      "ecmp_uplinks": "int?", "excluded": "str?"}],
     "tail_inflation": [{"burst_rtts": "float", "burst_excess_buffers": "float", **_CI,
-                        "burst_drops": "int", "delay_spike_only": "bool", "rounds": "int"}],
+                        "burst_drops": "int", "delay_spike_only": "bool", "rounds": "int",
+                        "healthy_p50_rtts": "float?"}],
     "recovery": {"link_cut": {"lost_rtts": "float?", "convergence_s": "float?",
                               "recovery_rtts": "float?", "lo": "float?", "hi": "float?",
                               "recovery_rtos": "float?"}},
     "dblp": ("null", {"tolerance": "float?", "delivered_fraction": _CI,
                       "steps_ratio": ("null", _CI), "steps_ratio_reason": "str?"}),
     "excluded": ["str"]}
+# Keys added to version 2 after its first records: a record written before them is still
+# a valid v2 record without them (readers treat them as absent).
+ADDED = frozenset({"qps_per_connection", "ecmp_flows", "ecmp_uplinks", "healthy_p50_rtts"})
 _FABRIC = {"planes": "int", "spines": "int", "leaves": "int", "hosts_per_leaf": "int",
            "rate_mbit": "float", "fabric_rate_mbit": "float", "queue_packets": "int",
            "mtu": "int", "nominal_gbit": "float", "dci": "dict?"}
@@ -89,11 +94,13 @@ def _check(v: Any, schema: Any, where: str) -> None:
     if isinstance(schema, dict):
         if not isinstance(v, dict):
             raise bad("an object")
-        if set(v) != set(schema):
+        missing = set(schema) - set(v) - ADDED
+        if set(v) - set(schema) or missing:
             raise CalibrationError(f"{where}: unknown keys {sorted(set(v) - set(schema))}, "
-                                   f"missing keys {sorted(set(schema) - set(v))}")
+                                   f"missing keys {sorted(missing)}")
         for k, s in schema.items():
-            _check(v[k], s, f"{where}.{k}")
+            if k in v:
+                _check(v[k], s, f"{where}.{k}")
         for mid, lo, hi in _INTERVALS:
             trio = [v.get(k) for k in (lo, mid, hi)]
             a, m, b = trio

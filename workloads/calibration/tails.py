@@ -54,7 +54,7 @@ def measure_tails(s: Session, fab: Fabric) -> None:
         assert regime is not None  # set by the RTT probes, which run first
         bound = ({"tolerance": s.plan.dblp_tolerance, "deadline_s": None}
                  if t == "dblp" else None)
-        cfg = transport_config(t, sport=sport)
+        cfg = transport_config(t, dict(s.plan.rc_config), sport=sport)
         res, _ = _rounds(s, fab, t, s.plan.healthy_rounds, bound, cfg, None)
         lat = tuple(m["latency"] for m in res.messages)
         a.healthy.append(RoundsSample(rep, None, lat, tuple(m["delivered"] for m in

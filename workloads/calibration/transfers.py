@@ -1,6 +1,6 @@
 """One harness transfer as `emu calibrate` runs it: its transport's settings, its check, its CPU.
 
-Its one job is what every calibration phase does around ``transports.harness``: the
+Its one job is what every calibration phase does around ``transports.testing.harness``: the
 configuration a transport runs with (:func:`transport_config`: TCP under Linux's
 default congestion control), the check that every message arrived (:func:`checked`),
 and the cores each driver used (:func:`cpu_use`), so that a figure measured while a
@@ -10,8 +10,11 @@ driver was CPU-bound can be told apart.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from emu.errors import EmuError
+from transports.plan import DEFAULT_CONFIG
 from transports.testing.harness import TransferResult
 from workloads.calibration.samples import CpuUse
 
@@ -22,9 +25,13 @@ CPU_WINDOW_S = 0.1
 ECMP = ("rc", "tcp")  # transports whose paths ECMP hashes and the control plane moves
 
 
-def transport_config(transport: str, **extra) -> dict | None:
+def transport_config(transport: str, rc: Mapping[str, Any] | None = None,
+                     **extra) -> dict | None:
     """The harness configuration of ``transport`` (None: the harness's default; TCP's
-    ``extra`` settings, e.g. a source port, go with its congestion control)."""
+    ``extra`` settings, e.g. a source port, go with its congestion control; ``rc``:
+    settings of RC's core over its defaults, ``Plan.rc_config``)."""
+    if transport == "rc" and rc:
+        return {**DEFAULT_CONFIG["rc"], **rc}
     return {**TCP_CONFIG, **extra} if transport == "tcp" else None
 
 

@@ -7,9 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
-
-from workloads import data
-from workloads.models import (
+from workloads.training.models import (
     MODELS,
     DigitsCNN,
     TinyLM,
@@ -17,6 +15,8 @@ from workloads.models import (
     count_parameters,
     split_stages,
 )
+
+from workloads.training import data
 
 
 @pytest.fixture(autouse=True)
