@@ -184,7 +184,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from workloads.training.runner import run_experiment
 
     if args.keys:
-        from workloads.experiment.schema import describe_keys
+        from workloads.experiment.reference import describe_keys
 
         print(describe_keys())
         return 0

@@ -29,7 +29,7 @@ from explorer.spec import SpecError
 
 __all__ = ["MODEL_FACTS", "predict", "predict_experiment"]
 
-# Sizes of workloads/training/models.py's models (tests/unit/explorer/test_explorer_validation.py
+# Sizes of workloads/models.py's models (tests/unit/explorer/test_explorer_validation.py
 # checks
 # them against the torch modules): parameters, as a function of the vocabulary for the
 # tiny LM (embeddings 64 V + 64 x 64 positions, two layers of 49,984, head 65 V + 128),
@@ -56,10 +56,10 @@ def _transport(cal: Calibration, name: str) -> TransportCal:
 
 def _vocab(model: str) -> int:
     """The tiny LM's vocabulary: the characters of the installed scikit-learn's dataset
-    descriptions (workloads/training/data.py, which needs torch; only asked for that model)."""
+    descriptions (workloads/data.py, which needs torch; only asked for that model)."""
     if model != "tiny_lm":
         return 0
-    from workloads.training.data import load_char_corpus
+    from workloads.data import load_char_corpus
 
     return load_char_corpus(context=64).vocab_size
 

@@ -60,6 +60,45 @@ KEPT = ("time_to_train_s", "cost", "energy_kwh")
 Progress = Callable[[int, int, float], None]  # (points done, points in all, best time)
 
 
+# What one run may be asked for, checked before any work (emu explore, the bench, the
+# claim): every scenario keeps its outcome (top-k, Pareto fronts, baselines), about 1 MB
+# and a second with its baselines (the 80-scenario grid: 105 MB peak, 85 s); the search
+# evaluates at least 10 M raw points a second (emu bench explorer's floor); 10**9 raw
+# points is 60 times the 100K-GPU reference space.
+MAX_SCENARIOS = 2_000
+MAX_RAW_POINTS = 10**9
+SCENARIO_BYTES = 1 << 20
+SCENARIO_S = 1.0
+RAW_POINTS_PER_S = 10e6
+
+
+def check_size(space: Space) -> None:
+    """SpecError, with the estimate, if ``space`` asks for more scenarios or raw points
+    than one run may take (refused before anything is expanded)."""
+    scen = math.prod(len(a.values) for a in space.axes if not is_decision(a.key))
+    if scen > MAX_SCENARIOS:
+        raise SpecError(
+            f"{space.source}: {scen:,} scenarios (the product of the scenario axes) is more "
+            f"than the {MAX_SCENARIOS:,} one run takes: they would hold about "
+            f"{scen * SCENARIO_BYTES / 2**30:,.0f} GiB and take about "
+            f"{duration(scen * SCENARIO_S)}; split the space or drop axis values")
+    if space.size > MAX_RAW_POINTS:
+        raise SpecError(
+            f"{space.source}: {space.size:,} raw points is more than the {MAX_RAW_POINTS:,} "
+            f"one run searches: at {RAW_POINTS_PER_S / 1e6:.0f} M raw points/s that is about "
+            f"{duration(space.size / RAW_POINTS_PER_S)}; fix some decision axes or split "
+            "the space")
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` in the largest unit that reads well."""
+    for unit, s in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600),
+                    ("minutes", 60)):
+        if seconds >= s:
+            return f"{seconds / s:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
 def is_decision(key: str) -> bool:
     """Whether an axis is a decision (else it is part of the scenario)."""
     return key.startswith(DECISION_PREFIXES)
@@ -81,7 +120,9 @@ def with_axes(space: Space, fixed: Mapping[str, Any] = {},
 
 
 def scenarios(space: Space) -> list[dict[str, Any]]:
-    """Every combination of the scenario axes (one empty dict when there are none)."""
+    """Every combination of the scenario axes (one empty dict when there are none);
+    SpecError first if the space is larger than one run takes (``check_size``)."""
+    check_size(space)
     scen = [a for a in space.axes if not is_decision(a.key)]
     keys = [a.key for a in scen]
     return [dict(zip(keys, combo, strict=True))

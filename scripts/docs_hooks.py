@@ -204,7 +204,7 @@ def _default(key: str, *classes: type) -> object:
 def experiment_page() -> str:
     import workloads.experiment as ex
     from emu.failure_kinds.registry import VOCABULARY
-    from workloads.experiment import schema
+    from workloads.experiment import reference, schema
 
     parts = ["# Experiment files\n",
              GENERATED_NOTE.format(src="`workloads/experiment/schema.py` (every key's default, "
@@ -220,7 +220,7 @@ def experiment_page() -> str:
              "Each default is the one the loader fills in; *required* keys have none. "
              "A transport's own settings are its table, `[transport.<name>]`.\n"]
     groups: dict[str, list[tuple[str, ...]]] = {}
-    for k in schema.keys():
+    for k in reference.keys():
         head, _, _ = k.path.rpartition(".")
         title = "top level" if not head else f"[{head}]"
         if head.startswith("transport.") and head.count(".") >= 1:

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.training.data import (
+from workloads.data import (
     CharCorpus,
     DigitsData,
     Shards,

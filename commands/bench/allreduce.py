@@ -82,8 +82,8 @@ def run_rank(cfg: dict) -> dict:
 
         close = dist.destroy_process_group
     else:
+        from workloads.collectives import ops as col
         from workloads.collectives.comm import drive
-        from workloads.collectives.ops import ops as col
         from workloads.collectives.transportcomm import TransportComm
 
         comm = TransportComm(cfg["transport"], cfg["rank"], cfg["size"],

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from emu.errors import EmuError
+from emu.tomlfile import read_toml
 from workloads.experiment import limits
-from workloads.experiment.reader import Table, read_toml, type_name
+from workloads.experiment.reader import Table, type_name
 
 __all__ = ["DEFAULT_RETRIES", "MAX_POINTS", "MAX_RETRIES", "TOP", "SweepFile", "flatten",
            "load", "parse"]

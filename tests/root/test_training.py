@@ -82,7 +82,7 @@ def _digits_exp(transport: str, workers: int, steps: int, **workload) -> experim
 
 
 def _single_process_losses(exp: experiment.Experiment) -> list[float]:
-    from workloads.training.models import build
+    from workloads.models import build
 
     torch.set_num_threads(1)
     model, task = build("digits_cnn", exp.seed)

@@ -12,8 +12,8 @@ flows and the N uplinks they hash onto.
 from __future__ import annotations
 
 from emu.fabric import Fabric
-from transports import harness
 from transports.plan import RC_SPORT_BASE
+from transports.testing import harness
 from transports.testing.harness import Transfer
 from workloads.calibration.samples import LoadSample
 from workloads.calibration.session import Session

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from emu import safefs
 from topologies import MultiPlaneClos, ScaleAcross
+from workloads.calibration import record as cal
 from workloads.calibration.plan import Plan
-from workloads.calibration.record import record as cal
 from workloads.calibration.samples import Regime, StepsSample, TransportMeasurements
 from workloads.provenance import host_info, software_versions
 

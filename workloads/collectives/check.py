@@ -24,7 +24,7 @@ from emu import childproto
 from emu.errors import EmuError
 from emu.launch import ChildGroup
 from transports import registry
-from workloads.collectives.ops import ops as col
+from workloads.collectives import ops as col
 from workloads.collectives.schedules import all_to_all_recv_len, block_bounds
 from workloads.collectives.transpose import transpose_allreduce
 

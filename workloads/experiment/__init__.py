@@ -93,6 +93,7 @@ and loading.py (``load``, ``parse``).
 
 from __future__ import annotations
 
+from emu.tomlfile import parse_override
 from workloads.experiment.config import (
     CLOCKS,
     COLLECTIVES,
@@ -110,7 +111,7 @@ from workloads.experiment.config import (
 )
 from workloads.experiment.dblp import POLICIES, DblpConfig
 from workloads.experiment.loading import load, parse, parse_fabric
-from workloads.experiment.overrides import parse_override, with_overrides
+from workloads.experiment.overrides import with_overrides
 from workloads.experiment.placement import default_placement
 
 __all__ = [

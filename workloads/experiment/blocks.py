@@ -22,11 +22,11 @@ __all__ = ["check_dblp_blocks", "model_values"]
 
 @cache
 def model_values(model: str) -> int:
-    """Gradient entries (parameters) of ``model`` (a name of workloads.training.models), as the
+    """Gradient entries (parameters) of ``model`` (a name of workloads.models), as the
     workers build it."""
     import torch
 
-    from workloads.training.models import build, count_parameters
+    from workloads.models import build, count_parameters
 
     # building seeds torch's global RNG: keep the caller's state as it was
     with torch.random.fork_rng(devices=[]):

@@ -4,7 +4,7 @@ A value validation passes must not fail later, inside a worker after the fabric 
 built or in an OS call:
 
 * the global batch is drawn from the model's training set, so it can be at most its
-  number of samples (:func:`train_samples`; workloads.training.data.Shards refuses a larger one,
+  number of samples (:func:`train_samples`; workloads.data.Shards refuses a larger one,
   in the worker);
 * modelled compute is a ``time.sleep`` per step, which overflows long before a float
   does: at most :data:`MAX_STEP_COMPUTE_MS` (one hour) of modelled compute per step;
@@ -14,7 +14,7 @@ built or in an OS call:
 
 The training sets' sizes are worked out here without torch (experiment files are also
 read by the explorer, which loads no torch), from the same sources and splits as
-workloads/training/data.py; tests/unit/workloads/test_experiment_limits.py holds the two to the
+workloads/data.py; tests/unit/workloads/test_experiment_limits.py holds the two to the
 same numbers.
 """
 
@@ -67,12 +67,12 @@ def too_long(count: int, what: str, per_item_s: float) -> str:
     return (f"{count:,} {what} would take at least {duration_text(count * per_item_s)} "
             "on this machine")
 
-# workloads.training.data.load_digits_split: scikit-learn's bundled 1797 digits, 20 % held out
+# workloads.data.load_digits_split: scikit-learn's bundled 1797 digits, 20 % held out
 # for testing (train_test_split rounds the test part up).
 _DIGITS_IMAGES = 1797
 _DIGITS_TEST_FRACTION = 0.2
-# workloads.training.models' tiny_lm: windows of 64 + 1 characters at stride 1 over the first 90 %
-# of scikit-learn's dataset descriptions (workloads.training.data.load_char_corpus).
+# workloads.models' tiny_lm: windows of 64 + 1 characters at stride 1 over the first 90 %
+# of scikit-learn's dataset descriptions (workloads.data.load_char_corpus).
 _TEXT_CONTEXT = 64
 _TEXT_VAL_FRACTION = 0.1
 

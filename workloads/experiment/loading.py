@@ -12,9 +12,10 @@ from typing import Any
 
 from emu import timeline as tl
 from emu.errors import EmuError
+from emu.tomlfile import read_toml
 from workloads.experiment import limits, schema, tables
 from workloads.experiment.config import CLOCKS, Experiment, FabricConfig, field_default
-from workloads.experiment.reader import Table, read_toml
+from workloads.experiment.reader import Table
 from workloads.experiment.timeline import check_clock, read_timeline
 
 __all__ = ["TOP", "load", "parse", "parse_fabric"]

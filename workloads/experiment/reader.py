@@ -11,36 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, NoReturn
 
-from emu import safefs
 from emu.errors import EmuError
 from topologies.validate import InvalidValue, check_int, check_number, int_rule, number_rule
 from transports.core.knobs import field_spec
 
-__all__ = ["REQUIRED", "Table", "read_toml", "type_name"]
+__all__ = ["REQUIRED", "Table", "type_name"]
 
 # The default of a key that must be given (``None`` is a default: "absent means None").
 REQUIRED: Any = object()
-
-
-def read_toml(path: str | Path, what: str) -> dict[str, Any]:
-    """The tables of the TOML file ``path`` (a ``what`` file, e.g. "experiment"), or an
-    EmuError naming the file: missing, not .toml, unreadable, not valid TOML."""
-    p = Path(path)
-    if not p.is_file():
-        raise EmuError(f"{what} file {str(p)!r} does not exist")
-    if p.suffix != ".toml":
-        raise EmuError(f"{what} file {str(p)!r}: must be a .toml file")
-    try:
-        return tomllib.loads(safefs.read_input(p, what))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise EmuError(f"{p}: not valid TOML: {e}") from None
-    except OSError as e:
-        raise EmuError(f"{p}: cannot read: {e.strerror}") from None
 
 
 def type_name(value: object) -> str:

@@ -94,7 +94,7 @@ def workload(t: Table, spec: Spec) -> WorkloadConfig:
         t.fail("workers", "must be at least 2 for a pipeline (one stage per worker)", workers)
     if pipeline and workers > MAX_STAGES[model]:
         t.fail("workers", f"must be at most {MAX_STAGES[model]} for a pipeline of {model} "
-               "(its stages are whole layers: workloads/training/models.py stage_groups)", workers)
+               "(its stages are whole layers: workloads/models.py stage_groups)", workers)
     if workers > n_hosts:
         t.fail("workers", f"must be at most the fabric's {n_hosts} hosts (one worker per host)",
                workers)

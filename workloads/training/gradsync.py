@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from transports.core.bound import LossBound
+from workloads.collectives import ops as collectives
 from workloads.collectives.comm import drive
-from workloads.collectives.ops import ops as collectives
 from workloads.collectives.phase import OptiReduceDeadline, Signals
 from workloads.collectives.schedules import block_bounds
 from workloads.collectives.transpose import transpose_allreduce

@@ -162,8 +162,8 @@ class Pacer:
 def run_data_parallel(cfg: WorkerConfig) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from workloads.models import build
     from workloads.training.gradsync import GradSync
-    from workloads.training.models import build
 
     rank, size = cfg.rank, cfg.size
     model, task = build(cfg.model, cfg.seed)
@@ -273,7 +273,7 @@ def comm_stats(comm) -> dict:
 
 def run_pipeline(cfg: WorkerConfig) -> None:
     from workloads.collectives.comm import drive
-    from workloads.training.models import build, split_stages
+    from workloads.models import build, split_stages
     from workloads.training.pipeline import PipelineStage
 
     rank, size = cfg.rank, cfg.size

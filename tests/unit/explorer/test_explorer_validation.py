@@ -127,7 +127,7 @@ def test_emulator_fixtures_were_measured_with_modelled_compute():
 
 def test_model_facts_match_the_torch_models():
     torch = pytest.importorskip("torch")
-    from workloads.training.models import DigitsCNN, TinyLM, count_parameters
+    from workloads.models import DigitsCNN, TinyLM, count_parameters
 
     assert count_parameters(DigitsCNN()) == MODEL_FACTS["digits_cnn"]["params"](0)
     for vocab in (50, 92):

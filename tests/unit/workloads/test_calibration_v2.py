@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from workloads.calibration.record import record as cal
-from workloads.calibration.record import schema, stats
+from workloads.calibration import record as cal
+from workloads.calibration import schema, stats
 from workloads.calibration.samples import (
     BurstGeometry,
     CpuUse,

@@ -32,8 +32,8 @@ def doc(top: dict | None = None, **workload: object) -> dict:
 
 
 def test_train_samples_are_the_workers_datasets():
-    # Worked out without torch; the worker's own data (workloads/training/data.py) must agree.
-    from workloads.training.data import load_char_corpus, load_digits_split
+    # Worked out without torch; the worker's own data (workloads/data.py) must agree.
+    from workloads.data import load_char_corpus, load_digits_split
 
     assert limits.train_samples("digits_cnn") == len(load_digits_split().train_y) == 1437
     assert limits.train_samples("tiny_lm") == load_char_corpus().train_windows.shape[0]

@@ -9,11 +9,11 @@ import pytest
 
 from emu.errors import EmuError
 from workloads import experiment as ex
-from workloads.experiment import loading, schema, tables
+from workloads.experiment import loading, reference, schema, tables
 from workloads.experiment.config import WorkloadConfig
 
 MINIMAL = {"name": "x", "workload": {"model": "digits_cnn", "workers": 2, "steps": 4}}
-KEYS = {k.path: k for k in schema.keys()}
+KEYS = {k.path: k for k in reference.keys()}
 
 
 def test_every_key_the_reader_takes_is_in_the_schema():
@@ -50,7 +50,7 @@ def test_a_bad_value_is_refused_with_the_listed_rule(name):
 
 
 def test_every_key_says_what_it_is_and_what_it_takes():
-    for k in schema.keys():
+    for k in reference.keys():
         assert k.rule, k.path
         if not k.path.startswith("transport.") or k.path.count(".") == 1 or \
                 k.path.startswith("transport.dblp."):

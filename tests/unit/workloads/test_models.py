@@ -7,7 +7,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
-from workloads.training.models import (
+
+from workloads import data
+from workloads.models import (
     MODELS,
     DigitsCNN,
     TinyLM,
@@ -15,8 +17,6 @@ from workloads.training.models import (
     count_parameters,
     split_stages,
 )
-
-from workloads.training import data
 
 
 @pytest.fixture(autouse=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from workloads.training.models import build, split_stages
 
 from workloads.collectives.fakecomm import FakeCluster
+from workloads.models import build, split_stages
 from workloads.records import StepRecord
 from workloads.training.jobstep import StepAggregator
 from workloads.training.pipeline import PipelineStage

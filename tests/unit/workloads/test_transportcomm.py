@@ -5,8 +5,8 @@ import threading
 import pytest
 
 from transports.core.api import Completion
+from workloads.collectives import transportcomm
 from workloads.collectives.comm import CommError
-from workloads.collectives.ops import transportcomm
 
 
 class FakeEndpoint:
