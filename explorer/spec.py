@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = [
     "CROSS", "MLPS", "OPTIMIZERS", "PIPELINES", "RECOMPUTES", "REDUCTIONS", "SECTIONS",
-    "TRANSPORTS", "Check", "Cluster", "Config", "Cost", "Dci", "Fabric", "Gpu", "Model",
+    "TRANSPORTS", "Check", "Cluster", "Config", "Cost", "Dci", "FabricSection", "Gpu", "Model",
     "Network", "Placement", "Schedule", "SpecError", "check_value", "field_check",
     "section_fields",
 ]
@@ -281,7 +281,7 @@ class Cluster(_Section):
 
 
 @dataclass(frozen=True)
-class Fabric(_Section):
+class FabricSection(_Section):
     """The scale-out network inside each DC: a two-tier multi-plane Clos."""
 
     SECTION = "fabric"
@@ -415,7 +415,7 @@ class Cost(_Section):
 
 
 SECTIONS: dict[str, type[_Section]] = {
-    "model": Model, "gpu": Gpu, "cluster": Cluster, "fabric": Fabric, "dci": Dci,
+    "model": Model, "gpu": Gpu, "cluster": Cluster, "fabric": FabricSection, "dci": Dci,
     "placement": Placement, "schedule": Schedule, "network": Network, "cost": Cost,
 }
 
@@ -432,7 +432,7 @@ class Config:
     model: Model
     gpu: Gpu
     cluster: Cluster
-    fabric: Fabric
+    fabric: FabricSection
     dci: Dci
     placement: Placement
     schedule: Schedule

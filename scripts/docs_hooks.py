@@ -263,13 +263,13 @@ def sweep_page() -> str:
         "`emu sweep FILE` runs one; [Sweeps](../concepts/sweeps.md) says how. "
         "A tutorial: [first sweep](../tutorial/first-sweep.md).\n",
         docstring_md(sweep.__doc__ or ""),
-        "## Limits\n",
-        _table(("what", "value"), [
-            ("top-level keys", ", ".join(f"`{k}`" for k in sweepfile.TOP)),
-            ("`retries` default", f"`{sweepfile.DEFAULT_RETRIES}`"),
-            ("`retries` at most", f"`{sweepfile.MAX_RETRIES}`"),
-            ("points in a grid, at most", f"`{sweepfile.MAX_POINTS:,}`"),
-        ]),
+        "## Keys, their defaults, values and meaning\n",
+        "From `sweepfile.KEYS`, the table the reader takes its keys and rules from "
+        "(`emu sweep --keys` prints it).\n",
+        _table(("key", "default", "values", "what it is"), [
+            (f"`{k.path}`", str(k.default if k.default == sweepfile.REQUIRED
+                                else _value(k.default)), _cell(k.rule), _cell(k.doc))
+            for k in sweepfile.KEYS]),
     ])
 
 

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from explorer.spec import Cluster, Network
-from explorer.spec import Fabric as FabricSection
+from explorer.spec import Cluster, FabricSection, Network
 
 REFERENCE_PARAMS = 405e9  # the reference job of a restart: Llama 3 405B ...
 REFERENCE_GPUS = 16384  # ... on 16,384 GPUs
