@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from topologies.validate import InvalidValue, check_int, check_number, int_rule, number_rule
 
 __all__ = ["DOC", "Knob", "UnknownKey", "check_knobs", "describe", "documented", "field_doc",
-           "field_spec", "knob", "knob_of", "settings_from"]
+           "field_spec", "knob", "settings_from"]
 
 _KNOB = "knob"  # the dataclass field metadata key
 DOC = "doc"  # the metadata key of what a field is, in words
@@ -106,14 +106,9 @@ def field_spec(cls: type, name: str) -> tuple[type, bool, Knob | None]:
 
 def field_doc(cls: type, name: str) -> str:
     """What field ``name`` of dataclass ``cls`` is, as its ``doc`` metadata says ("")."""
-    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)  # type: ignore[arg-type]
+    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
     return "" if f is None else str(f.metadata.get(DOC, ""))
 
-
-def knob_of(cls: type, name: str) -> Knob | None:
-    """The ``Knob`` of field ``name`` of ``cls`` (None: not a knob)."""
-    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)  # type: ignore[arg-type]
-    return None if f is None else f.metadata.get(_KNOB)
 
 
 class UnknownKey(ValueError):
