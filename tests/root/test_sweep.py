@@ -98,7 +98,8 @@ def test_results_come_back_and_are_aggregated(grid4):
     assert {p.name for p in (out / "plots").iterdir()} == {"vs-transport.name.png",
                                                             "vs-seed.png"}
     cal = load_calibration([out / "calibration.json"])
-    assert set(cal.transports) == {"mrc", "rc"}
+    # RC on the emulator's FIFOs drops, so the explorer files it as rc_lossy
+    assert set(cal.transports) == {"mrc", "rc_lossy"}
 
 
 def test_a_point_failing_at_run_time_is_retried_then_reported_failed(cluster, tmp_path):

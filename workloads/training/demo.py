@@ -12,7 +12,7 @@ from pathlib import Path
 from workloads import experiment
 from workloads.training.runner import run_experiment
 
-DEMO_FILE = Path(__file__).resolve().parent.parent / "experiments/training/demo_digits.toml"
+DEMO_FILE = Path(__file__).resolve().parents[2] / "experiments/training/demo_digits.toml"
 VARIANTS = [("mrc", {"transport.name": "mrc"}), ("rc", {"transport.name": "rc"}),
             ("gloo", {"transport.name": "gloo"})]
 
