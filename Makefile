@@ -34,7 +34,7 @@ venv:
 	@test -x $(PY) || { echo "no $(VENV): run 'sudo make setup' once first" >&2; exit 1; }
 
 unit: venv
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 tests/unit
 
 # mypy --strict on the parts held to it (what they import is read, not reported)
 STRICT := transports/core transports/registry.py transports/kernel.py transports/plan.py \
