@@ -50,8 +50,9 @@ lint: venv
 # A Debian 12 VM, end to end (root; installs vagrant, vagrant-libvirt, libvirt and qemu on
 # the host when missing). vagrant-box builds the box locally with debootstrap (no box
 # catalogue needed); vagrant-check boots it, provisions it with scripts/setup.sh, runs the
-# quick reproduction inside, copies the report to results/vagrant-reproduce/ and destroys
-# the VM (on failure too). See scripts/vagrant/.
+# quick reproduction inside (or, where the host's KVM cannot boot the box, a smoke form:
+# doctor, a fabric, `emu demo --paths`), copies the results to results/vagrant-reproduce/
+# and destroys the VM (on failure too). See scripts/vagrant/.
 .PHONY: vagrant-box vagrant-check
 
 vagrant-box:
