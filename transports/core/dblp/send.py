@@ -19,15 +19,15 @@ the bound rule above resends as many as it needs. Messages at tolerance 0 never 
 (MRC byte for byte).
 
 STOP. The send completes (ok=True) with ``delivered`` and ``missing`` from the
-receiver's bitmap, every chunk of the message still out is forgotten, and STOP_OK goes
-back naming the PSN range the message used. A STOP for a message not being sent is
-answered too: if it names a bounded message this end has not posted yet (the receiver's
-deadline fired before anything was sent), it is remembered, and a later ``post`` of that
-id, *bounded and of that length*, completes at once with nothing delivered; a reliable
-post or another length ignores it (a reliable message never completes undelivered). Such
-early STOPs are kept at most ``MAX_EARLY_STOPS``. A STOP of a message posted reliably
-(the ends disagree on its bound) completes it with ok=False and the error, never as a
-success."""
+receiver's bitmap, every chunk of the message still out is forgotten (nothing more of it
+leaves), and STOP_OK goes back naming the PSN range the message used. A STOP for a
+message not being sent is answered too: if it names a bounded message this end has not
+posted yet (the receiver's deadline fired before anything was sent), it is remembered,
+and a later ``post`` of that id, *bounded and of that length*, completes at once with
+nothing delivered; a reliable post or another length ignores it (a reliable message
+never completes undelivered). Such early STOPs are kept at most ``MAX_EARLY_STOPS``. A
+STOP of a message posted reliably (the ends disagree on its bound) completes it with
+ok=False and the error, never as a success."""
 
 from __future__ import annotations
 
