@@ -1,36 +1,34 @@
-"""`emu bench dblp`: single-round latency of a gradient exchange through microbursts.
+"""Gradient rounds through microbursts on the DBLP bench's fabric: what `emu bench dblp`
+(commands/bench/dblp.py) and claim 3 of `emu reproduce` run.
 
-A round is one gradient-sized message (256 KiB, 33 chunks of 8000 B) from a host
-to a host on another rack; rounds run back to back (the next is posted when the
-previous send completes). The fabric has 2 planes x 4 spines, so a host pair has
-8 paths. Two microburst settings, each a line-rate incast from two hosts at one
-switch egress, 20 ms every 100 ms:
+A round is one gradient-sized message (``ROUND_BYTES``: 131 chunks of 8000 B, ~1 MB;
+whole chunks, so no round ends with a short chunk, whose small RTT NSCC would take for
+the path's base RTT) from a host to a host on another rack; rounds run back to back
+(the next is posted when the previous send completes). The fabric has 2 planes x 4
+spines, so a host pair has 8 paths. Two burst placements, each a line-rate incast from
+two hosts at one switch egress:
 
 - ``one_path``: spine p0s0's port down to the receiver's leaf (sources on two
   other racks): a bottleneck egress on 1 of the pair's 8 paths;
 - ``all_paths``: the receiver's leaf port on both planes (sources: its
   rack-mates): every path of the pair meets a full FIFO.
 
-Compared in each setting, through the same bursts: reliable MRC and RC (every
-byte; DEFAULT_CONFIG of transports/testing/harness.py), kernel TCP (every byte; one
-connection; Linux as it is: RTO floor 200 ms, RACK-TLP, SACK, CUBIC; TSO/GSO off
-on the two hosts' NICs so that a segment is a packet in the FIFOs; ``tcp_burst_rounds``
-says how its one path is made to meet the one_path burst), MLT-style fixed
-tolerance 0.05, OptiReduce-style deadline-bounded rounds, and DBLP with its phase-aware
-tolerance. DBLP's rounds are the late phase of a synthetic training schedule
-(cosine LR decay, a gradient-norm jump mid-run): the phase after the critical
-period and the critical regime, where its tolerance is 0.12-0.2; the share of
-the whole schedule's rounds at tolerance 0 (which run as reliable MRC) is
-reported separately. Reported per variant: P50, P99 and max round latency, the
-delivered fraction (mean / min), whether every round respected its bound, the
-FIFO drops at the burst target, the cores' retransmissions / RTO losses /
-parked chunks / DBLP tail-timer losses, TCP's retransmissions and RTOs per round
-(TCP_INFO), and the P99 speedups against reliable MRC, RC and TCP. With 80
-rounds the P99 is the slowest round (ceil(0.99 * 80) = 80).
+A ``BurstPlan`` says how long and how often: its length is a ratio of the healthy round
+(reliable MRC's median round, measured first: `healthy_round_ms`), so bursts shorter
+and longer than a round are asked for as such; one burst every ``BURST_PERIOD`` x
+(burst + round), each start jittered over most of the period (so bursts meet rounds
+at every phase; a quarter to a half of the rounds meet one). Every burst is sized to
+drop (``mode = "drop"``, checked against the fabric before it starts) and the drops
+at its target are counted.
 
-RC stripes a round over one QP per plane; the harness posts both parts of round
-i + 1 only when both parts of round i completed (a synchronous round), so RC's
-round latency is measured like the others' (last part placed - first part posted).
+Kernel TCP (Linux as it is: RTO floor 200 ms, RACK-TLP, SACK, CUBIC; TSO/GSO off on the
+two hosts' NICs so that a segment is a packet in the FIFOs, ``wire_sized_tcp``) runs
+one connection, on one of the 8 paths: ``tcp_burst_rounds`` says how the one_path
+burst is put where it is. RC stripes a round over one QP per plane; the harness posts
+both parts of round i + 1 only when both parts of round i completed (a synchronous
+round), so RC's round latency is measured like the others' (last part placed - first
+part posted). With n rounds the P99 is the ceil(0.99 n)-th fastest (200 rounds: the
+third slowest).
 """
 
 from __future__ import annotations
@@ -41,35 +39,88 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from emu.counters import interface_packets
-from emu.errors import require_root
 from emu.fabric import Fabric
 from emu.microburst import Microburst, MicroburstSpec
 from topologies import LinkSpec, MultiPlaneClos
 from transports.io.tcp import TCP_PORT
 from transports.testing.harness import Transfer, TransferResult, run_transfers
-from workloads.phase import PhaseAware, PhaseAwareConfig, Signals
 
 SPEC = MultiPlaneClos(planes=2, spines=4, leaves=4, hosts_per_leaf=3,
                       host_link=LinkSpec(100.0, 16), fabric_link=LinkSpec(100.0, 16))
 SRC, DST = "h0", "h3"  # leaf 0 -> leaf 1
-ROUND_BYTES = 256 << 10
-BURST_ON_MS, BURST_EVERY_MS = 20.0, 100.0
-# setting -> (burst target egresses, burst sources)
+CHUNK = 8000  # the transports' chunk (mtu_payload)
+ROUND_BYTES = 131 * CHUNK  # ~1 MB in whole chunks
+# placement -> (burst target egresses, burst sources)
 SETTINGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "one_path": (("p0s0:l1",), ("h6", "h9")),  # spine downlink; sources on racks 2 and 3
     "all_paths": (("p0l1:h3", "p1l1:h3"), ("h4", "h5")),  # leaf ports; h3's rack-mates
 }
+BURST_PERIOD = 3.0  # a burst every this many (burst + round)
+BURST_JITTER = 0.9  # of the period's room (period - burst): where in it a burst starts
+HEALTHY_ROUNDS = 20  # reliable MRC's rounds that measure the healthy round
 # The TCP baseline: Linux's TCP as it is (RTO floor 200 ms), with the kernel's default
 # congestion control (CUBIC; a host may default its namespaces to another one).
 TCP_CONFIG = {"cc": "cubic"}
 TCP_SPORTS = range(40000, 40200)  # where a source port onto the burst's plane is sought
-TRAIN_ROUNDS = 200  # the synthetic schedule DBLP's rounds are taken from
 STAT_KEYS = ("tx_data_pkts", "tx_retx", "tx_retx_spurious", "loss_rto", "rto", "rto_silent",
              "loss_unblamed", "ev_undo", "retx_parked", "retx_unparked_stall",
              "loss_dblp_tail", "late_data", "dup_data")
+
+
+@dataclass(frozen=True)
+class BurstPlan:
+    """Microbursts of ``placement`` (a key of SETTINGS): ``on_ms`` long, one every
+    ``every_ms``, each start up to ``jitter_ms`` into its slot; ``ratio``: ``on_ms`` over
+    the healthy round it was sized from (`plan_bursts`)."""
+
+    placement: str
+    on_ms: float
+    every_ms: float
+    jitter_ms: float
+    ratio: float
+
+    @property
+    def name(self) -> str:
+        """``all_paths x0.5``: the placement and the burst's length in rounds."""
+        return f"{self.placement} x{self.ratio:g}"
+
+    def spec(self, target: str) -> MicroburstSpec:
+        """The MicroburstSpec at ``target`` (sized to drop: refused if it cannot)."""
+        return MicroburstSpec(target, SETTINGS[self.placement][1], self.on_ms, self.every_ms,
+                              jitter_ms=self.jitter_ms, mode="drop")
+
+    def as_record(self) -> dict:
+        return {"placement": self.placement, "on_ms": self.on_ms, "every_ms": self.every_ms,
+                "jitter_ms": self.jitter_ms, "ratio": self.ratio,
+                "targets": list(SETTINGS[self.placement][0]),
+                "sources": list(SETTINGS[self.placement][1])}
+
+
+def plan_bursts(placement: str, ratio: float, round_ms: float) -> BurstPlan:
+    """Bursts of ``ratio`` x a ``round_ms`` round at ``placement``, one every
+    BURST_PERIOD x (burst + round), starts jittered over BURST_JITTER of the room."""
+    if placement not in SETTINGS:
+        raise ValueError(f"burst placement {placement!r} is invalid: must be one of "
+                         f"{', '.join(SETTINGS)}")
+    if not ratio > 0 or not round_ms > 0:
+        raise ValueError(f"ratio={ratio!r} and round_ms={round_ms!r} must be > 0")
+    on = round(ratio * round_ms * 2) / 2  # to 0.5 ms
+    every = round(BURST_PERIOD * (on + round_ms))
+    return BurstPlan(placement, on, float(every), round(BURST_JITTER * (every - on), 1),
+                     ratio)
+
+
+def healthy_round_ms(fab: Fabric, rounds: int = HEALTHY_ROUNDS) -> float:
+    """Reliable MRC's median round (ms, emulated) without bursts: what bursts are sized
+    against."""
+    res = run_transfers(fab, "mrc", round_transfers([None] * rounds))
+    if not res.ok:
+        raise RuntimeError(f"the healthy rounds failed: {res.messages[:2]}")
+    return round(statistics.median(_latencies_ms(res)), 2)
 
 
 def tcp_sport(fab: Fabric, plane: int, dport: int = TCP_PORT) -> int:
@@ -127,48 +178,20 @@ def _stats(res: TransferResult, bounds: list[dict | None]) -> dict:
             "latency_ms": [round(x, 1) for x in lat]}
 
 
-def synthetic_schedule(n: int, rounds_per_epoch: int = 8) -> list[dict]:
-    """DBLP's tolerance per round from a training-like schedule: cosine LR decay, a
-    gradient norm that settles and jumps once mid-run (a critical regime)."""
-    policy = PhaseAware(PhaseAwareConfig(base=0.05, cap=0.2, critical_epochs=1,
-                                         window=rounds_per_epoch))
-    out = []
-    jump = (n // 2) // rounds_per_epoch * rounds_per_epoch  # where Accordion's check looks
-    for i in range(n):
-        lr = 0.001 + 0.5 * (0.1 - 0.001) * (1 + math.cos(math.pi * i / n))
-        norm = 1.0 / (1 + 0.05 * i) * (3.0 if jump <= i < jump + 2 else 1.0)
-        rec = policy.update(Signals(step=i, epoch=i // rounds_per_epoch, lr=lr, grad_norm=norm))
-        out.append({**rec, "deadline_s": None})
-    return out
-
-
-def late_phase(n: int) -> tuple[list[dict], float]:
-    """The last ``n`` rounds of the synthetic schedule (its late phase: tolerance > 0
-    throughout) and the share of the whole schedule's rounds at tolerance 0."""
-    sched = synthetic_schedule(TRAIN_ROUNDS)
-    zero = sum(r["tolerance"] == 0 for r in sched) / len(sched)
-    phase = sched[-n:]
-    if any(r["tolerance"] == 0 for r in phase):
-        raise ValueError(f"the last {n} rounds of the schedule include tolerance-0 rounds")
-    return phase, zero
-
-
-def burst_rounds(fab: Fabric, setting: str, transport: str, bounds: list[dict | None],
+def burst_rounds(fab: Fabric, plan: BurstPlan, transport: str, bounds: list[dict | None],
                  config: dict | None = None) -> dict:
     """``len(bounds)`` back-to-back rounds SRC -> DST of ``transport`` (round i bounded by
-    ``bounds[i]``, None: reliable) through the microbursts of ``setting`` (a key of
-    SETTINGS), which run for the whole of them. The row: P50 / P99 / max latency (ms),
-    delivered fraction, the bounds' respect, the cores' counters, ``burst_drops`` (FIFO
-    drops at the targets) and, for TCP, the kernel's view (``tcp``). TCP with one_path:
-    `tcp_burst_rounds`, which puts the burst where the connection is."""
-    targets, sources = SETTINGS[setting]
-    bursts = [Microburst(fab, MicroburstSpec(t, sources, BURST_ON_MS, BURST_EVERY_MS))
-              for t in targets]
+    ``bounds[i]``, None: reliable) through the microbursts of ``plan``, which run for
+    the whole of them. The row: P50 / P99 / max latency (ms), delivered fraction, the
+    bounds' respect, the cores' counters, ``burst_drops`` (FIFO drops at the targets)
+    and, for TCP, the kernel's view (``tcp``). TCP with one_path: `tcp_burst_rounds`,
+    which puts the burst where the connection is."""
+    bursts = [Microburst(fab, plan.spec(t)) for t in SETTINGS[plan.placement][0]]
     for b in bursts:
         b.start()
     try:
         res = run_transfers(fab, transport, round_transfers(bounds), config=config,
-                            deadline_s=120)
+                            deadline_s=300)
     finally:
         for b in bursts:
             b.stop()
@@ -191,9 +214,9 @@ def wire_sized_tcp(fab: Fabric) -> None:
                            capture_output=True, check=True)
 
 
-def tcp_burst_rounds(fab: Fabric, setting: str, bounds: list[dict | None],
+def tcp_burst_rounds(fab: Fabric, plan: BurstPlan, bounds: list[dict | None],
                      config: dict) -> dict:
-    """The TCP rounds through the bursts of ``setting`` (`burst_rounds`' row, with
+    """The TCP rounds through the bursts of ``plan`` (`burst_rounds`' row, with
     ``config`` the TCP driver's, e.g. TCP_CONFIG with a source port from `tcp_sport`).
     TCP's one connection lies on one of the pair's 8 paths: its source port picks the
     plane (the hosts hash the 5-tuple), but a leaf forwards a packet on the hash its
@@ -203,9 +226,9 @@ def tcp_burst_rounds(fab: Fabric, setting: str, bounds: list[dict | None],
     from SRC's leaf is read off the counters (the bursts come from other racks), and the
     same burst (same sources, same pattern) starts at that spine's port to DST's leaf;
     the first rounds (~0.1 s) run without it."""
-    if setting != "one_path":
-        return burst_rounds(fab, setting, "tcp", bounds, config)
-    target, sources = SETTINGS[setting][0][0], SETTINGS[setting][1]
+    if plan.placement != "one_path":
+        return burst_rounds(fab, plan, "tcp", bounds, config)
+    target = SETTINGS[plan.placement][0][0]
     plane = int(target[1])
     down = target.split(":")[1]
     port = "l" + SPEC.leaf_of(SRC, plane).name.split("l")[-1]
@@ -221,8 +244,7 @@ def tcp_burst_rounds(fab: Fabric, setting: str, bounds: list[dict | None],
         time.sleep(0.05)
         via = {n: c - before[n] for n, c in rx().items()}
         state["spine"] = spine = max(via, key=via.__getitem__)
-        state["burst"] = b = Microburst(fab, MicroburstSpec(f"{spine}:{down}", sources,
-                                                            BURST_ON_MS, BURST_EVERY_MS))
+        state["burst"] = b = Microburst(fab, plan.spec(f"{spine}:{down}"))
         b.start()
         state["t_burst"] = time.monotonic() - state["t0"]
         state["before"] = rx()
@@ -234,7 +256,7 @@ def tcp_burst_rounds(fab: Fabric, setting: str, bounds: list[dict | None],
 
     try:
         res = run_transfers(fab, "tcp", round_transfers(bounds), config=config,
-                            deadline_s=120, on_start=on_start)
+                            deadline_s=300, on_start=on_start)
     finally:
         if "thread" in state:
             state["thread"].join(10)
@@ -254,13 +276,14 @@ def tcp_burst_rounds(fab: Fabric, setting: str, bounds: list[dict | None],
     return row
 
 
-def setting_rounds(fab: Fabric, setting: str, transport: str, bounds: list[dict | None],
-                   tcp_config: dict) -> dict:
-    """The rounds of ``transport`` through the bursts of ``setting``: `tcp_burst_rounds`
-    (with ``tcp_config``) for "tcp", else `burst_rounds`."""
+def setting_rounds(fab: Fabric, plan: BurstPlan, transport: str, bounds: list[dict | None],
+                   tcp_config: dict, config: dict | None = None) -> dict:
+    """The rounds of ``transport`` through the bursts of ``plan``: `tcp_burst_rounds`
+    (with ``tcp_config``) for "tcp", else `burst_rounds` (``config``: the transport's
+    settings as a plan's config, None: its run defaults)."""
     if transport == "tcp":
-        return tcp_burst_rounds(fab, setting, bounds, tcp_config)
-    return burst_rounds(fab, setting, transport, bounds)
+        return tcp_burst_rounds(fab, plan, bounds, tcp_config)
+    return burst_rounds(fab, plan, transport, bounds, config)
 
 
 def _tcp_stats(res: TransferResult, lat: list[float]) -> dict:
@@ -291,75 +314,3 @@ def _tcp_stats(res: TransferResult, lat: list[float]) -> dict:
                                     for i in res.drivers[DST].get("tcp_info_in", [])),
             "netstat_src": res.drivers[SRC].get("netstat", {}),
             "netstat_dst": res.drivers[DST].get("netstat", {})}
-
-
-def bench_dblp(say: Callable[[str], None] = print, quick: bool = False) -> dict:
-    """Run every variant through the same bursts in each setting; returns the results."""
-    require_root("emu bench dblp")
-    n = 30 if quick else 80
-    phase, zero = late_phase(n)
-    out: dict = {"round_bytes": ROUND_BYTES, "rounds": n,
-                 "topology": "2 planes x 4 spines x 4 leaves x 3 hosts, 100 Mbit/s, "
-                             "16-packet FIFOs",
-                 "bursts": {"on_ms": BURST_ON_MS, "every_ms": BURST_EVERY_MS,
-                            "settings": {k: {"targets": list(t), "sources": list(s)}
-                                         for k, (t, s) in SETTINGS.items()}},
-                 "dblp_tolerance_range": [round(min(r["tolerance"] for r in phase), 3),
-                                          round(max(r["tolerance"] for r in phase), 3)],
-                 "schedule_rounds_at_tolerance_0": round(zero, 3),
-                 "settings": {}}
-    with Fabric(SPEC, name="benchdblp", progress=lambda m: say(f"    fabric: {m}")) as fab:
-        # OptiReduce's deadline: each rank proposes elapsed / completion ratio of a
-        # calibration round (burst-free); the agreed deadline is the median proposal.
-        calib = run_transfers(fab, "dblp", round_transfers([None] * 5))
-        proposals = sorted(m["latency"] / m["delivered"] for m in calib.messages)
-        deadline_s = round(statistics.median(proposals) * 1.1, 4)
-        out["optireduce_deadline_ms"] = round(deadline_s * 1000, 2)
-        # TCP's one connection takes one of the pair's 8 paths: its source port puts it
-        # on the one_path burst's plane; tcp_burst_rounds puts the burst on its spine.
-        plane = int(SETTINGS["one_path"][0][0][1])
-        tcp_config = {**TCP_CONFIG, "sport": tcp_sport(fab, plane)}
-        wire_sized_tcp(fab)
-        out["tcp"] = {"config": tcp_config, "min_rto_ms": 200, "tso_gso": "off"}
-        variants: dict[str, tuple[str, list[dict | None]]] = {
-            "mrc_reliable": ("mrc", [None] * n),
-            "rc_reliable": ("rc", [None] * n),
-            "tcp_reliable": ("tcp", [None] * n),
-            "mlt_fixed_0.05": ("dblp", [{"tolerance": 0.05, "deadline_s": None}] * n),
-            # Timeout-bounded: every chunk is wanted, but the round ends at the deadline.
-            "optireduce": ("dblp", [{"tolerance": 0.0, "deadline_s": deadline_s}] * n),
-            "dblp_phase_aware": ("dblp", [{k: b[k] for k in ("tolerance", "deadline_s")}
-                                          for b in phase]),
-        }
-        for setting in SETTINGS:
-            say(f"  setting {setting}: bursts at {', '.join(SETTINGS[setting][0])}")
-            rows: dict = {}
-            for name, (transport, bounds) in variants.items():
-                row = rows[name] = setting_rounds(fab, setting, transport, bounds, tcp_config)
-                say(f"    {name}: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, max "
-                    f"{row['max_ms']} ms, delivered {row['delivered_mean']} / "
-                    f">= {row['delivered_min']}, bound respected: {row['bound_respected']}, "
-                    f"burst drops {row['burst_drops']}, cores {row['cores']}")
-                if "tcp" in row:
-                    t = row["tcp"]
-                    via = (f"burst at {t['burst_target']} from round "
-                           f"{t['rounds_posted_before_burst']}, {t['share_via_burst_spine']} of "
-                           "its packets via that spine since; " if "burst_target" in t else "")
-                    say(f"      tcp: {via}{t['rounds_with_retx']} rounds with retransmissions, "
-                        f"{t['rounds_with_rto']} with an RTO (max {t['rto_per_round_max']} in "
-                        f"one); RTO rounds >= {t['rto_rounds_min_ms']} ms, others <= "
-                        f"{t['no_rto_rounds_max_ms']} ms; TCP_INFO {t['tcp_info']}; "
-                        f"receiver retransmissions {t['receiver_retrans']}; nstat "
-                        f"{SRC} {t['netstat_src']}")
-            res: dict = {"variants": rows}
-            for base in ("mrc_reliable", "rc_reliable", "tcp_reliable"):
-                ref = rows[base]["p99_ms"]
-                res[f"p99_speedup_vs_{base}"] = {k: round(ref / v["p99_ms"], 2)
-                                                 for k, v in rows.items()}
-            d = res["p99_speedup_vs_mrc_reliable"]["dblp_phase_aware"]
-            r = res["p99_speedup_vs_rc_reliable"]["dblp_phase_aware"]
-            t = res["p99_speedup_vs_tcp_reliable"]["dblp_phase_aware"]
-            say(f"    DBLP P99 speedup: {d}x vs MRC, {r}x vs RC, {t}x vs TCP (target: 5x)")
-            out["settings"][setting] = res
-    out["dblp_schedule"] = phase
-    return out
