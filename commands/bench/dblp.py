@@ -44,7 +44,7 @@ from emu.errors import require_root
 from emu.fabric import Fabric
 from transports import registry
 from transports.testing.harness import run_transfers
-from workloads.phase import PhaseAware, PhaseAwareConfig, Signals
+from workloads.collectives.phase import PhaseAware, PhaseAwareConfig, Signals
 
 TRAIN_ROUNDS = 200  # the shortest synthetic schedule DBLP's rounds are taken from
 MLT_TOLERANCE = 0.05  # the schedule's base tolerance

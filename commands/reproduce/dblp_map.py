@@ -2,7 +2,7 @@
 loss rate x RTT x (burst length / round length), in virtual time.
 
 The fabric is too slow for a dense map (a point costs minutes of 2 shared cores), so the
-map runs the transport cores on the fake network (workloads/rounds_sim.py: the bench
+map runs the transport cores on the fake network (workloads/collectives/rounds_sim.py: the bench
 pair's 2 planes x 4 spines, 100 Mbit/s links, 16-frame FIFOs), which models queues,
 drops and delays but not the Python stack's CPU; a few of its points are measured on the
 fabric too (claim_dblp.py's settings), and the report sets them side by side.
@@ -71,7 +71,7 @@ def bounds_of(system: str, rounds: int, mlt_tolerance: float) -> tuple[str, list
 def _job(job: dict) -> dict:
     """One run (a process pool's unit of work): ``job`` names the cell, the seed and the
     system; the row is its P50 / P99 (ms, virtual), delivered fraction and drops."""
-    from workloads.rounds_sim import Bursts, SimFabric, run_rounds
+    from workloads.collectives.rounds_sim import Bursts, SimFabric, run_rounds
 
     fab = SimFabric(rtt_ms=job["rtt_ms"], loss=job["loss"])
     bursts = None

@@ -1,12 +1,12 @@
-"""Gradient rounds in virtual time (workloads/rounds_sim.py): the bench pair's network on
-the fake network, bursts that drop at the receiver's ports, deterministic runs."""
+"""Gradient rounds in virtual time (workloads/collectives/rounds_sim.py): the bench pair's
+network on the fake network, bursts that drop at the receiver's ports, deterministic runs."""
 
 from __future__ import annotations
 
 import pytest
 
 from transports.core.bound import LossBound
-from workloads.rounds_sim import Bursts, SimFabric, run_rounds
+from workloads.collectives.rounds_sim import Bursts, SimFabric, run_rounds
 
 ROUND = 40 * 8000  # 40 whole chunks: small, so the test is quick
 
