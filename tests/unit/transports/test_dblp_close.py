@@ -138,3 +138,20 @@ def test_the_close_setting_is_checked():
         DblpCoreConfig(close="at_once")
     with pytest.raises(ValueError, match="close='x'"):
         DblpCore(1, 2, FAST, close="x")
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_stopped_rounds_chunks_on_the_wire_stay_counted_until_they_are_out(seed):
+    """The chunks a closed round left on the wire are no packet's any more, but their
+    bytes stay in flight (so the next round's window does not land on top of them) until
+    the latest one's send time + the smoothed RTT, then leave the count."""
+    data = random.Random(seed).randbytes(1_000_000)
+    net, a, b = pair(seed, "needed")
+    _, cs, cr = one_round(net, a, b, data, LossBound(0.2))
+    assert cs.ok and cr.ok and cr.delivered < 1
+    held = sum(n for _, n in a.bsend.held)
+    assert held > 0 and a.bytes_in_flight >= held and not a.inflight
+    due = max(t for t, _ in a.bsend.held)
+    assert due > net.now
+    net.run(due + 1e-3)
+    assert not a.bsend.held and a.bytes_in_flight == 0
