@@ -126,7 +126,7 @@ def _rc(conn: int, evs: int, cfg: Any, seed: int, nics: Sequence[int] | None) ->
 
 
 def _dblp(conn: int, evs: int, cfg: Any, seed: int, nics: Sequence[int] | None) -> Core:
-    return DblpCore(conn, evs, cfg, seed, linger_s=cfg.linger_s, nics=nics)
+    return DblpCore(conn, evs, cfg, seed, linger_s=cfg.linger_s, close=cfg.close, nics=nics)
 
 
 # The settings of every transport, as the worker's record types them (a union the record

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Sequence
 from typing import Protocol
 
 from transports.core import wire
@@ -127,9 +128,14 @@ def npackets(nbytes: int, mtu_payload: int) -> int:
 
 
 class OutMsg:
-    """A message being sent: its bytes (not copied: the caller keeps them until completion)."""
+    """A message being sent: its bytes (not copied: the caller keeps them until completion).
 
-    __slots__ = ("msg", "data", "nbytes", "npkts", "acked", "next_off", "done", "t_post")
+    ``order``, if set, is the order its packets first leave in (chunk indices, each once:
+    a bounded-loss round's own order, transports/core/dblp/connection.py); None: by
+    offset. ``nsent`` counts those first transmissions."""
+
+    __slots__ = ("msg", "data", "nbytes", "npkts", "acked", "next_off", "done", "t_post",
+                 "order", "nsent")
 
     def __init__(self, msg: int, data: bytes | memoryview, mtu_payload: int, now: float) -> None:
         self.msg = msg
@@ -141,6 +147,8 @@ class OutMsg:
         self.next_off = 0  # next byte to packetise
         self.done = False
         self.t_post = now
+        self.order: Sequence[int] | None = None
+        self.nsent = 0
 
     def __repr__(self) -> str:
         return f"OutMsg(msg={self.msg}, nbytes={self.nbytes}, acked={self.acked}/{self.npkts})"
