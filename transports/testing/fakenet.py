@@ -365,8 +365,7 @@ class FakeNet:
                     if not (spec.trim and trimmable(data)):
                         rec.fate = "queue_drop"
                         continue
-                    # trimmed: the header goes on in the priority class, ahead of the data
-                    data = trimmed(data)
+                    data = trimmed(data)  # the header goes on, ahead of the data
                     size = rec.size = len(data)
                     rec.flags |= FLAG_TRIMMED
                     start = now
