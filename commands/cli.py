@@ -173,7 +173,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from workloads.demo import run_training_demo
 
     out = _out_dir(args, "demo", "emu demo")
-    run_training_demo(out, say=_progress, steps=args.steps)
+    run_training_demo(out, say=_progress, steps=args.steps, ablation=args.ablation)
     print(f"results: {out}/ (results.jsonl, steps.csv, job_steps.csv, evals.csv, events.csv, "
           "calibration.json, time_to_accuracy.png, step_timeline.png)")
     return 0
@@ -345,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "through a link cut and microbursts; compare")
     m.add_argument("--out", help="results directory (default results/demo-TIMESTAMP)")
     m.add_argument("--steps", type=int, default=None, help="training steps per transport")
+    m.add_argument("--ablation", action="store_true",
+                   help="also MRC with each congestion mechanism off in turn (no trimming, "
+                   "no ECN, equal NIC shares, plain switches)")
     _force_arg(m)
     m.add_argument("--paths", action="store_true",
                    help="instead: prove the default fabric's paths and measure their goodput")

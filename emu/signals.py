@@ -136,3 +136,24 @@ def totals(stats: Mapping[Port, SignalStats]) -> dict[str, int]:
     """Marked, trimmed, dropped and CE seen, summed over ports."""
     return {k: sum(getattr(s, k) for s in stats.values())
             for k in ("marked", "trimmed", "dropped", "ce_seen")}
+
+
+def signal_record(signals: SwitchSignals, before: Mapping[Port, SignalStats],
+                  after: Mapping[Port, SignalStats]) -> dict[str, object]:
+    """A run's record of its switch ports: what they did (``signals``: its label and
+    settings, the mechanism) and, over the run, the packets the ports' programs saw and the
+    marked, trimmed, dropped and CE-seen totals, with every port that did any of it
+    ("node:ifname" -> its counts)."""
+    ports: dict[str, dict[str, int]] = {}
+    for port, s in after.items():
+        d = s.minus(before[port]) if port in before else s
+        counts = {k: getattr(d, k) for k in ("marked", "trimmed", "dropped", "ce_seen")
+                  if getattr(d, k)}
+        if counts:
+            ports[f"{port[0]}:{port[1]}"] = counts
+    total = {k: sum(c.get(k, 0) for c in ports.values())
+             for k in ("marked", "trimmed", "dropped", "ce_seen")}
+    total["packets"] = sum(s.packets - (before[p].packets if p in before else 0)
+                           for p, s in after.items())
+    return {"signals": signals.label, "settings": signals.as_dict(),
+            "mechanism": MECHANISM if after else "none", **total, "ports": ports}

@@ -23,9 +23,15 @@ ECMP = ("rc", "tcp")  # transports whose paths ECMP hashes and the control plane
 
 
 def transport_config(transport: str, **extra) -> dict | None:
-    """The harness configuration of ``transport`` (None: the harness's default; TCP's
-    ``extra`` settings, e.g. a source port, go with its congestion control)."""
-    return {**TCP_CONFIG, **extra} if transport == "tcp" else None
+    """The harness configuration of ``transport`` in its production form
+    (workloads/systems.py: RC with DCQCN; TCP's ``extra`` settings, e.g. a source port, go
+    with its congestion control); the switches it runs on are ``production(transport)
+    .signals``, which the calibration session sets per transport."""
+    if transport == "tcp":
+        return {**TCP_CONFIG, **extra}
+    from workloads.systems import production
+
+    return production(transport).plan_config()
 
 
 def checked(res: TransferResult) -> TransferResult:

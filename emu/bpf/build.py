@@ -45,10 +45,18 @@ def missing_tools() -> str | None:
     return None
 
 
+def cached() -> Path | None:
+    """The built object of the current source if the cache holds it (root's, no link)."""
+    out = CACHE_DIR / f"port-{source_hash()}.o"
+    if out.exists() and not out.is_symlink() and out.stat().st_uid == 0:
+        return out
+    return None
+
+
 def object_path() -> Path:
     """The built object of the current source (built now if it is not in the cache)."""
     out = CACHE_DIR / f"port-{source_hash()}.o"
-    if out.exists() and not out.is_symlink() and out.stat().st_uid == 0:
+    if cached() is not None:
         return out
     missing = missing_tools()
     if missing:
@@ -73,7 +81,10 @@ def object_path() -> Path:
 
 def main() -> int:
     try:
-        print(f"built {object_path()}")
+        had = cached()
+        path = object_path()
+        print(f"switch ports' eBPF program already built: {path}" if had else
+              f"built the switch ports' eBPF program: {path}")
     except EmuError as e:
         print(f"emu.bpf.build: {e}", file=sys.stderr)
         return 1

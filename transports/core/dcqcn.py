@@ -5,9 +5,10 @@ notification point) answers CE-marked packets with congestion notifications (her
 carrying FLAG_ECE, transports/core/receiver.py); the sender (this reaction point) keeps a
 current rate ``rc``, a target rate ``rt`` and a congestion estimate ``alpha``:
 
-- a notification (at most one per ``cut_interval``, the NP's CNP spacing): ``rt = rc``,
+- a notification (at most one per ``cut_rtts`` minimum RTTs, the NP's CNP spacing):
+  ``rt = rc``,
   ``rc *= 1 - alpha / 2``, ``alpha = (1 - g) alpha + g``;
-- every ``period`` without one: ``alpha *= 1 - g``, and a rate increase event: the first
+- every ``period_rtts`` minimum RTTs: ``alpha *= 1 - g``, and a rate increase event: the first
   ``fast_steps`` are fast recovery (``rc = (rt + rc) / 2``), then additive increase
   (``rt += ai``), then hyper increase (``rt += i * hai``), each followed by
   ``rc = (rt + rc) / 2``; ``rc`` never above ``max_rate``.
@@ -33,8 +34,12 @@ class DcqcnConfig:
     """DCQCN knobs (times in seconds, rates as fractions of the learnt line rate)."""
 
     g: float = knob(1 / 16, lo=0.0, hi=1.0, lo_open=True)  # alpha's gain
-    period: float = knob(2e-3, lo=0.0, lo_open=True)  # alpha and rate-increase timer
-    cut_interval: float = knob(1e-3, lo=0.0)  # at most one cut per this (CNP spacing)
+    # alpha and rate-increase timer: period_rtts minimum RTTs, at least period
+    period: float = knob(1e-3, lo=0.0, lo_open=True)
+    period_rtts: float = knob(2.0, lo=0.0)
+    # at most one cut per cut_rtts minimum RTTs, at least cut_interval (the CNP spacing)
+    cut_interval: float = knob(0.0, lo=0.0)
+    cut_rtts: float = knob(1.0, lo=0.0)
     fast_steps: int = knob(5, lo=0)  # fast-recovery increase events
     ai: float = knob(0.02, lo=0.0)  # additive increase, of the line rate per event
     hai: float = knob(0.1, lo=0.0)  # hyper increase, of the line rate per event
@@ -50,10 +55,12 @@ class Dcqcn:
     """One QP's rate (see the module docstring)."""
 
     __slots__ = ("cfg", "rc", "rt", "alpha", "max_rate", "last_cut", "last_tick", "steps",
-                 "next_at", "acked", "acked_at", "n_cut", "n_cnp")
+                 "next_at", "acked", "acked_at", "n_cut", "n_cnp", "period", "cut_gap")
 
     def __init__(self, cfg: DcqcnConfig) -> None:
         self.cfg = cfg
+        self.period = cfg.period  # the timers, in time (set_rtt scales them)
+        self.cut_gap = cfg.cut_interval
         self.rc = INF  # bytes/s; INF until the first notification: unpaced
         self.rt = INF
         self.alpha = 1.0
@@ -69,12 +76,20 @@ class Dcqcn:
     def __repr__(self) -> str:
         return f"Dcqcn(rc={self.rc:.0f} B/s, rt={self.rt:.0f}, alpha={self.alpha:.3f})"
 
+    def set_rtt(self, rtt: float | None) -> None:
+        """The QP's minimum RTT: the timers are counted in it (DCQCN's 55 us are a few RTTs
+        of the fabrics it was made for; the emulated fabric's RTT is ~100x longer)."""
+        if rtt:
+            cfg = self.cfg
+            self.period = max(cfg.period, cfg.period_rtts * rtt)
+            self.cut_gap = max(cfg.cut_interval, cfg.cut_rtts * rtt)
+
     def on_acked(self, nbytes: int, now: float) -> None:
         """``nbytes`` newly acknowledged: the delivery rate the line rate is learnt from."""
         self._tick(now)
         self.acked += nbytes
         span = now - self.acked_at
-        if span >= self.cfg.period:
+        if span >= self.period:
             self.max_rate = max(self.max_rate, 1.25 * self.acked / span)
             self.acked, self.acked_at = 0, now
 
@@ -83,10 +98,10 @@ class Dcqcn:
         self.n_cnp += 1
         self._tick(now)
         cfg = self.cfg
-        if now - self.last_cut < cfg.cut_interval:
+        if now - self.last_cut < self.cut_gap:
             return False
         if self.rc == INF:  # the first: start from what was delivered
-            span = max(now - self.acked_at, cfg.period)
+            span = max(now - self.acked_at, self.period)
             self.max_rate = max(self.max_rate, 1.25 * self.acked / span, 1.0)
             self.rc = self.max_rate / 1.25
         self.rt = self.rc
@@ -103,8 +118,9 @@ class Dcqcn:
             self.last_tick = now
             return
         cfg = self.cfg
-        while now - self.last_tick >= cfg.period:
-            self.last_tick += cfg.period
+        period = self.period
+        while now - self.last_tick >= period:
+            self.last_tick += period
             self.alpha *= 1 - cfg.g
             self.steps += 1
             if self.steps > cfg.fast_steps:

@@ -223,6 +223,8 @@ class RcCore(MessageCore):
             if 0 < r < 60.0:
                 self.rtt.sample(r)
                 self.min_rtt.sample(r, now)
+                if self.dcqcn is not None:
+                    self.dcqcn.set_rtt(self.min_rtt.value)
             named = self.ledger.get(h.ts_echo, 0)
             if named:
                 # acks a retransmission: a duplicate arrival if it advances nothing

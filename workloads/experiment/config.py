@@ -19,6 +19,7 @@ from emu import timeline as tl
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross
 from topologies.addressing import MAX_SCALEACROSS_DCS
 from topologies.routing import ECMP_MODES, EcmpMode
+from topologies.signals import SwitchSignals
 from topologies.validate import InvalidValue, check_int
 from transports import registry
 from workloads.dblpconfig import DblpConfig
@@ -96,6 +97,14 @@ class FabricConfig:
     dci_rate_mbit: float = field_default(DciSpec, "rate_mbit")
     dci_delay_ms: float = field_default(DciSpec, "delay_ms")
     dci_loss: float = field_default(DciSpec, "loss")
+    # what the switch ports mark, trim and buffer (topologies/signals.py); a variant may
+    # change them: each run applies its own to the one fabric
+    ecn: bool = field_default(SwitchSignals, "ecn")
+    ecn_kmin: float = field_default(SwitchSignals, "ecn_kmin")
+    ecn_kmax: float = field_default(SwitchSignals, "ecn_kmax")
+    ecn_pmax: float = field_default(SwitchSignals, "ecn_pmax")
+    trim: bool = field_default(SwitchSignals, "trim")
+    lossless: bool = field_default(SwitchSignals, "lossless")
 
     def __post_init__(self) -> None:
         # dcs first: the spec below builds that many DCs.
@@ -117,6 +126,16 @@ class FabricConfig:
                      "dci_loss"):  # a TOML integer is a number here
             object.__setattr__(self, name, float(getattr(self, name)))
         self.spec()  # MultiPlaneClos checks planes ... hosts_per_leaf, and the combinations
+        for name in ("ecn_kmin", "ecn_kmax", "ecn_pmax"):
+            if isinstance(getattr(self, name), int) and not isinstance(getattr(self, name),
+                                                                         bool):
+                object.__setattr__(self, name, float(getattr(self, name)))
+        self.signals()
+
+    def signals(self) -> SwitchSignals:
+        """What every switch port does under congestion (ECN, trimming, lossless)."""
+        return SwitchSignals(ecn=self.ecn, ecn_kmin=self.ecn_kmin, ecn_kmax=self.ecn_kmax,
+                             ecn_pmax=self.ecn_pmax, trim=self.trim, lossless=self.lossless)
 
     def host_link(self) -> LinkSpec:
         return LinkSpec(self.rate_mbit, self.queue_packets)

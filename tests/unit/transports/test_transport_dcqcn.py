@@ -44,7 +44,7 @@ def test_notifications_cut_the_rate_and_keep_the_queue_short() -> None:
 
 
 def test_rate_cut_then_recovery() -> None:
-    cfg = DcqcnConfig(period=1e-3, cut_interval=0.0)
+    cfg = DcqcnConfig(period=1e-3, cut_interval=0.0, cut_rtts=0.0)
     d = Dcqcn(cfg)
     for i in range(1, 11):  # 1 MB/s delivered over 10 ms
         d.on_acked(1000, i * 1e-3)

@@ -1,0 +1,125 @@
+"""The systems the claims and the demo compare, each with its switches: MRC and RC in their
+production forms, today's forms beside them, and MRC with each congestion mechanism
+switched off in turn (the ablation).
+
+A system is a transport, its settings (changes to the transport's run defaults) and what
+the switch ports do (topologies/signals.py); the fabric is one, its ports set for each
+run (``Fabric.set_signals``):
+
+- ``mrc``: MRC on ECN-marking, trimming switches (UEC-style, as MRC is deployed): trims
+  NACKed and resent without blame, NSCC's quadrants, NIC shares by plane congestion;
+- ``mrc-no-trim``, ``mrc-no-ecn``, ``mrc-equal-nics``: the same with one mechanism off
+  (no trimming; no marking and NSCC delay-only; equal NIC turns);
+- ``mrc-reps``: the EV choice steered by ECN (REPS recycling EVs whose ACKs come back
+  unmarked) instead of the oblivious permutation;
+- ``mrc-plain``: MRC on today's switches (a FIFO that drops, no marks);
+- ``rc``: RoCE as operators run it: DCQCN on a lossless fabric (PFC: buffers deep enough
+  that no FIFO drops) with ECN marking;
+- ``rc-dcqcn``: DCQCN on a lossy fabric with ECN marking;
+- ``rc-lossy``: today's RC (AIMD window, go-back-N) on a plain lossy fabric;
+- ``tcp``: the kernel's TCP on a plain lossy fabric;
+- ``dblp``: DBLP on MRC's switches.
+
+``production(transport)``: the system a calibration measures for a transport.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from topologies.signals import MRC_SWITCHES, PLAIN, ROCE_SWITCHES, SwitchSignals
+
+
+@dataclass(frozen=True)
+class System:
+    """One compared system (see the module docstring)."""
+
+    label: str
+    transport: str
+    summary: str
+    signals: SwitchSignals
+    changes: Mapping[str, Any] = field(default_factory=dict)  # nested: {"nscc": {...}}
+
+    def settings(self) -> Any:
+        """The transport's run defaults with ``changes``."""
+        from transports import registry
+
+        return _changed(registry.get(self.transport).defaults, self.changes)
+
+    def plan_config(self) -> dict[str, Any] | None:
+        """The settings as a transfer plan's ``config`` (None for the kernel's TCP, whose
+        harness configuration is the calibration's)."""
+        from transports import registry
+        from workloads.calibration_transfers import transport_config
+
+        if self.transport == "tcp":
+            return transport_config("tcp")
+        return registry.get(self.transport).plan_config(self.settings())
+
+    def overrides(self) -> dict[str, Any]:
+        """The experiment overrides that run it (a training variant)."""
+        sig = self.signals
+        out: dict[str, Any] = {"transport.name": self.transport, "fabric.ecn": sig.ecn,
+                               "fabric.trim": sig.trim, "fabric.lossless": sig.lossless}
+        for key, value in _flat(self.changes):
+            out[f"transport.{self.transport}.{key}"] = value
+        return out
+
+
+def _changed(obj: Any, changes: Mapping[str, Any]) -> Any:
+    kw = {k: _changed(getattr(obj, k), v) if isinstance(v, Mapping) else v
+          for k, v in changes.items()}
+    return dataclasses.replace(obj, **kw)
+
+
+def _flat(changes: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in changes.items():
+        if isinstance(v, Mapping):
+            out.extend(_flat(v, f"{prefix}{k}."))
+        else:
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+NO_ECN_SWITCHES = SwitchSignals(trim=True)
+ECN_SWITCHES = SwitchSignals(ecn=True)
+DCQCN = {"dcqcn": True, "aimd": False}
+
+SYSTEMS: dict[str, System] = {s.label: s for s in (
+    System("mrc", "mrc", "MRC, ECN + trimming switches", MRC_SWITCHES),
+    System("mrc-no-trim", "mrc", "MRC, ECN switches, no trimming", ECN_SWITCHES),
+    System("mrc-no-ecn", "mrc", "MRC, trimming switches, no marks (NSCC delay-only)",
+           NO_ECN_SWITCHES, {"nscc": {"ecn": False}}),
+    System("mrc-equal-nics", "mrc", "MRC, ECN + trimming, equal NIC turns", MRC_SWITCHES,
+           {"nic_shares": "equal"}),
+    System("mrc-reps", "mrc", "MRC, ECN + trimming, REPS (ECN-steered EVs)", MRC_SWITCHES,
+           {"selector": "reps"}),
+    System("mrc-plain", "mrc", "MRC on plain lossy switches (no marks, no trims)", PLAIN),
+    System("rc", "rc", "RC over ECMP, DCQCN on a lossless (PFC-like) ECN fabric",
+           ROCE_SWITCHES, DCQCN),
+    System("rc-dcqcn", "rc", "RC over ECMP, DCQCN on a lossy ECN fabric", ECN_SWITCHES, DCQCN),
+    System("rc-lossy", "rc", "RC over ECMP, AIMD window on a plain lossy fabric", PLAIN),
+    System("tcp", "tcp", "kernel TCP over ECMP, plain lossy fabric", PLAIN),
+    System("dblp", "dblp", "DBLP (MRC with loss bounds), ECN + trimming switches",
+           MRC_SWITCHES),
+)}
+
+
+def production(transport: str) -> System:
+    """``transport`` in its production form: its system of the same name (MRC and DBLP
+    on ECN + trimming switches, RC with DCQCN on a lossless ECN fabric, TCP on plain
+    switches)."""
+    return system(transport)
+
+
+def system(label: str) -> System:
+    """The system called ``label``; ValueError naming the valid ones."""
+    try:
+        return SYSTEMS[label]
+    except KeyError:
+        raise ValueError(f"system {label!r} is invalid: one of "
+                         f"{', '.join(SYSTEMS)}") from None
