@@ -187,11 +187,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.set:
         exp = experiment.with_overrides(exp, dict(experiment.parse_override(a) for a in args.set))
     variants = None
+    if args.transports and args.systems:
+        raise EmuError("--transports and --systems are exclusive: name systems only")
     if args.transports:
         names = [t.strip() for t in args.transports.split(",") if t.strip()]
         variants = [(n, {"transport.name": n}) for n in names]
-        for _, ov in variants:  # validate every variant before anything is built
-            experiment.with_overrides(exp, ov)
+    if args.systems:
+        from workloads.systems import system
+
+        try:
+            variants = [(n, system(n.strip()).overrides())
+                        for n in args.systems.split(",") if n.strip()]
+        except ValueError as e:
+            raise EmuError(f"--systems: {e}") from None
+    for _, ov in variants or ():  # validate every variant before anything is built
+        experiment.with_overrides(exp, ov)
     # A Python timeline that does more than declare events runs here, as root, the first
     # time its events are asked for: now, so its errors come before anything is built.
     _ = exp.events
@@ -371,6 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a key, e.g. --set workload.steps=50 (repeatable)")
     r.add_argument("--transports", metavar="A,B,...",
                    help="run once per transport (mrc, rc, dblp, gloo) on one fabric, compared")
+    r.add_argument("--systems", metavar="A,B,...",
+                   help="run once per system on one fabric, compared: a transport with its "
+                   "switches (mrc, mrc-no-trim, mrc-no-ecn, mrc-equal-nics, mrc-reps, "
+                   "mrc-plain, rc, rc-dcqcn, rc-lossy, tcp: workloads/systems.py)")
     r.add_argument("--capture", action="append", metavar="NODE:IFNAME",
                    help="tcpdump the transports' packets on this port (e.g. h4:p0, p0l1:h4) "
                         "during every run: OUT/captures/LABEL-repN-NODE-IFNAME.pcap, a capture "

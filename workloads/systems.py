@@ -88,6 +88,11 @@ def _flat(changes: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
 NO_ECN_SWITCHES = SwitchSignals(trim=True)
 ECN_SWITCHES = SwitchSignals(ecn=True)
 DCQCN = {"dcqcn": True, "aimd": False}
+# On a lossless fabric a RoCE QP's timeout is thousands of RTTs (4.096 us x 2^14 = 67 ms
+# against ~10 us): it must never fire behind a queue that PFC keeps instead of dropping.
+# Here: at least 64 of its minimum RTTs and 0.5 s (the emulated fabric's RTTs are ~100x).
+LOSSLESS_RTO = {"rto_init": 0.5, "rto_min": 0.5, "rto_min_rtts": 64.0, "rto_max": 8.0,
+                "give_up_s": 30.0}
 
 SYSTEMS: dict[str, System] = {s.label: s for s in (
     System("mrc", "mrc", "MRC, ECN + trimming switches", MRC_SWITCHES),
@@ -100,7 +105,7 @@ SYSTEMS: dict[str, System] = {s.label: s for s in (
            {"selector": "reps"}),
     System("mrc-plain", "mrc", "MRC on plain lossy switches (no marks, no trims)", PLAIN),
     System("rc", "rc", "RC over ECMP, DCQCN on a lossless (PFC-like) ECN fabric",
-           ROCE_SWITCHES, DCQCN),
+           ROCE_SWITCHES, {**DCQCN, **LOSSLESS_RTO}),
     System("rc-dcqcn", "rc", "RC over ECMP, DCQCN on a lossy ECN fabric", ECN_SWITCHES, DCQCN),
     System("rc-lossy", "rc", "RC over ECMP, AIMD window on a plain lossy fabric", PLAIN),
     System("tcp", "tcp", "kernel TCP over ECMP, plain lossy fabric", PLAIN),

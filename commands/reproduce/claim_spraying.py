@@ -109,14 +109,16 @@ def _measure(p: Mapping[str, Any], ctx: ClaimContext) -> dict[str, Any]:
                 for t in p["systems"]:
                     sysdef = signal_variants.system(t)
                     fab.set_signals(sysdef.signals)
-                    sig0 = fab.signal_stats()
+                    sig0, fifo0 = fab.signal_stats(), _fifo_drops(fab)
                     r = run_transfers(fab, sysdef.transport, transfers,
                                       config=sysdef.plan_config(),
                                       deadline_s=float(p["deadline_s"]))
                     sig = signal_record(sysdef.signals, sig0, fab.signal_stats())
+                    fifo = {k: v - fifo0[k] for k, v in _fifo_drops(fab).items()}
                     row = {"rep": rep, "pattern": pattern, "system": t, "ok": r.ok,
                            "switches": sig["signals"], "marked": sig["marked"],
                            "trimmed": sig["trimmed"], "port_dropped": sig["dropped"],
+                           "fifo_dropped": fifo["switch"], "nic_dropped": fifo["host"],
                            "completion_s": round(r.completion_s, 4) if r.ok else None,
                            "p50_completion_s": round(statistics.median(
                                m["t"] for m in r.messages), 4) if r.ok else None,
@@ -134,6 +136,18 @@ def _measure(p: Mapping[str, Any], ctx: ClaimContext) -> dict[str, Any]:
             "time_scale": time_scale(spec).describe(),
             "bytes_per_pair": {k: v[0].size for k, v in plans.items()},
             "flows": {k: len(v) for k, v in plans.items()}}
+
+
+def _fifo_drops(fab: Any) -> dict[str, int]:
+    """Drops at the kernel FIFOs so far: the switch ports' and the hosts' NICs'."""
+    from emu.counters import queue_stats
+    from topologies import Role
+
+    out = {"switch": 0, "host": 0}
+    for k in fab.kernels.values():
+        side = "host" if k.role is Role.HOST else "switch"
+        out[side] += sum(q.drops for q in queue_stats(k).values())
+    return out
 
 
 def _losses(drivers: Mapping[str, Any]) -> dict[str, int]:
@@ -212,13 +226,14 @@ def _result(spec: ClaimSpec, ctx: ClaimContext, p: Mapping[str, Any],
                   ("rep", "pattern", "system", "switches", "fraction of ideal",
                    "median completion (s)", "last completion (s)", "retransmissions",
                    "timeouts", "silent timeouts", "marked", "trimmed", "dropped at ports",
-                   "failed transfers"),
+                   "FIFO drops (switches / NICs)", "failed transfers"),
                   tuple((r["rep"], r["pattern"], r["system"], r["switches"],
                          r["fraction"] if r["ok"] else "failed",
                          r["p50_completion_s"] if r["ok"] else "-",
                          r["completion_s"] if r["ok"] else "-", r["retx"], r["timeouts"],
                          r["silent_timeouts"], r["marked"], r["trimmed"], r["port_dropped"],
-                         r["failed"]) for r in rows))
+                         f"{r['fifo_dropped']} / {r['nic_dropped']}", r["failed"])
+                        for r in rows))
     setting = (f"transport bench fabric: {clos.planes} planes x {clos.spines} spines x "
                f"{clos.leaves} racks x {clos.hosts_per_leaf} hosts, {p['rate_mbit']:g} Mbit/s "
                f"links, {p['queue_packets']}-packet FIFOs; {p['bytes_per_host']:,} bytes per "
