@@ -55,8 +55,12 @@ class SwitchSignals:
     """What every switch port of a fabric does under congestion (see the module)."""
 
     ecn: bool = False
-    ecn_kmin: float = 8.0  # packets (of MTU frames) queued where marking starts
-    ecn_kmax: float = 32.0  # ... and where every packet is marked
+    # packets (of MTU frames) queued where marking starts, and where every packet is
+    # marked: about a quarter of a BDP and one BDP of the emulated fabrics (~9 frames of a
+    # host's two ports; the time scale keeps the BDP in packets), as DCTCP's K and
+    # DCQCN's Kmin/Kmax are set against the BDP
+    ecn_kmin: float = 2.0
+    ecn_kmax: float = 10.0
     ecn_pmax: float = 0.25  # the marking probability at ecn_kmax
     trim: bool = False
     lossless: bool = False

@@ -31,7 +31,7 @@ def test_port_numbers() -> None:
     p = MRC_SWITCHES.port(spec, 9000)
     assert p.mark and p.trim and p.rate_bytes_s == 12_500_000
     assert p.cap_bytes == 64 * 9014 and p.fifo_packets == 64 * TRIM_FIFO_SLACK
-    assert p.kmin_bytes == 8 * 9014 and p.kmax_bytes == 32 * 9014
+    assert p.kmin_bytes == 2 * 9014 and p.kmax_bytes == 10 * 9014
     lossless = ROCE_SWITCHES.port(spec, 9000)
     assert lossless.fifo_packets == 100_000 and not lossless.trim and lossless.mark
     plain = PLAIN.port(spec, 9000)
