@@ -20,7 +20,10 @@ run (``Fabric.set_signals``):
 - ``tcp``: the kernel's TCP on a plain lossy fabric;
 - ``dblp``: DBLP on MRC's switches.
 
-``production(transport)``: the system a calibration measures for a transport.
+``production(transport)``: a transport's production form; ``calibrated(transport)``: the
+form a calibration measures it in (its production form, but RC as today's lossy RC: the
+explorer files the emulator's RC as ``rc_lossy`` and takes its lossless RC from the
+deep-FIFO law record, scripts/calibrate_laws.py).
 """
 
 from __future__ import annotations
@@ -53,10 +56,9 @@ class System:
         """The settings as a transfer plan's ``config`` (None for the kernel's TCP, whose
         harness configuration is the calibration's)."""
         from transports import registry
-        from workloads.calibration_transfers import transport_config
 
         if self.transport == "tcp":
-            return transport_config("tcp")
+            return dict(TCP_CONFIG)
         return registry.get(self.transport).plan_config(self.settings())
 
     def overrides(self) -> dict[str, Any]:
@@ -85,6 +87,7 @@ def _flat(changes: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]
     return out
 
 
+TCP_CONFIG = {"cc": "cubic"}  # Linux's default (this host's namespaces may default to BBR)
 NO_ECN_SWITCHES = SwitchSignals(trim=True)
 ECN_SWITCHES = SwitchSignals(ecn=True)
 DCQCN = {"dcqcn": True, "aimd": False}
@@ -119,6 +122,18 @@ def production(transport: str) -> System:
     on ECN + trimming switches, RC with DCQCN on a lossless ECN fabric, TCP on plain
     switches)."""
     return system(transport)
+
+
+# RC measured on the emulator's FIFOs is the explorer's rc_lossy (explorer/calibration.py:
+# a record's RC is lossless only if its recorded FIFOs hold RC's window), so a calibration
+# measures RC as today's lossy RC; the other transports in their production forms.
+CALIBRATED = {"rc": "rc-lossy"}
+
+
+def calibrated(transport: str) -> System:
+    """The system a calibration measures for ``transport`` (``CALIBRATED``, else its
+    production form)."""
+    return system(CALIBRATED.get(transport, transport))
 
 
 def system(label: str) -> System:

@@ -52,7 +52,8 @@ class BpfObject:
     """One loaded object (see the module docstring)."""
 
     def __init__(self, lib: ctypes.CDLL, obj: int, path: str) -> None:
-        self._lib, self._obj, self.path = lib, obj, path
+        self._lib, self.path = lib, path
+        self._obj: int | None = obj
         self._maps: dict[str, int] = {}
 
     def __repr__(self) -> str:

@@ -19,9 +19,9 @@ from topologies.signals import (
 )
 from topologies.validate import InvalidValue
 from workloads import experiment
-from workloads.calibration import switches_record
-from workloads.calibration_schema import CalibrationError, _check
-from workloads.systems import SYSTEMS, production, system
+from workloads.calibration.record import switches_record
+from workloads.calibration.schema import CalibrationError, _check
+from workloads.systems import SYSTEMS, calibrated, production, system
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -65,6 +65,8 @@ def test_systems_and_their_overrides_load_as_experiments() -> None:
     assert system("rc").settings().dcqcn and not system("rc").settings().aimd
     assert not system("mrc-no-ecn").settings().nscc.ecn
     assert production("dblp").signals == MRC_SWITCHES
+    # the calibration measures RC as the explorer files it (rc_lossy), MRC as deployed
+    assert calibrated("rc").label == "rc-lossy" and calibrated("mrc").signals == MRC_SWITCHES
     with pytest.raises(ValueError, match="system 'x' is invalid"):
         system("x")
     assert {s.transport for s in SYSTEMS.values()} == {"mrc", "rc", "tcp", "dblp"}
@@ -85,7 +87,7 @@ def test_a_runs_record_counts_only_its_own_packets() -> None:
 
 
 def test_calibration_switches_section_is_optional_and_checked() -> None:
-    from workloads.calibration_schema import _TRANSPORT
+    from workloads.calibration.schema import _TRANSPORT
 
     sw = switches_record({"signals": "ecn+trim", "mechanism": "tc-bpf", "packets": 200,
                           "marked": 20, "trimmed": 4, "dropped": 0, "ce_seen": 20})
