@@ -116,6 +116,13 @@ class PortSignals:
                      limit=p.fifo_packets)
         self.signals = signals
 
+    def program_ids(self) -> tuple[int, int]:
+        """The kernel's ids of the ports' two programs (egress, NIC ingress): a teardown
+        leaves neither loaded."""
+        if self.obj is None:
+            raise EmuError("PortSignals.program_ids before attach")
+        return self.obj.prog_id("port_egress"), self.obj.prog_id("nic_ingress")
+
     def stats(self) -> dict[Port, SignalStats]:
         """Every port's counters (switch ports and host ports)."""
         out: dict[Port, SignalStats] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -45,10 +46,22 @@ def missing_tools() -> str | None:
     return None
 
 
+def _trusted(path: Path, kind: int) -> bool:
+    """``path`` is of ``kind`` (stat.S_IFDIR, S_IFREG) itself, not a link, owned by root
+    and writable by no one else, so no other user can swap what the kernel loads."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (stat.S_IFMT(st.st_mode) == kind and st.st_uid == 0
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
 def cached() -> Path | None:
-    """The built object of the current source if the cache holds it (root's, no link)."""
+    """The built object of the current source if the cache holds it: the object and its
+    directory root's, writable by root only, neither a symbolic link."""
     out = CACHE_DIR / f"port-{source_hash()}.o"
-    if out.exists() and not out.is_symlink() and out.stat().st_uid == 0:
+    if _trusted(CACHE_DIR, stat.S_IFDIR) and _trusted(out, stat.S_IFREG):
         return out
     return None
 
@@ -65,6 +78,10 @@ def object_path() -> Path:
         raise EmuError(f"the switch ports' eBPF program is not built yet ({out}): build it "
                        "as root (sudo python -m emu.bpf.build, or scripts/setup.sh)")
     safefs.mkdir_private(CACHE_DIR)
+    if not _trusted(CACHE_DIR, stat.S_IFDIR):
+        raise EmuError(f"{CACHE_DIR} is not a directory of root's that only root can write "
+                       "(or it is a symbolic link): refusing to build the ports' eBPF "
+                       "program into it (remove it, or set SAE_BPF_CACHE to another path)")
     tmp = safefs.private_temp_dir("sae-bpf-")
     try:
         built = tmp / "port.o"

@@ -5,6 +5,7 @@
     obj.update("ports", key, value)     # a map element (bytes of the value's layout)
     obj.lookup("ports", key, size)
     obj.close()                         # programs stay while a tc filter holds them
+    obj.prog_id("port_egress"); prog_exists(prog_id)  # the kernel's id: is it still loaded?
 
 Only the calls this project needs; libbpf 1.x (Debian's libbpf1).
 """
@@ -40,6 +41,7 @@ def _lib() -> ctypes.CDLL:
         "bpf_map__fd": (i, [vp]),
         "bpf_map_update_elem": (i, [i, vp, vp, ctypes.c_uint64]),
         "bpf_map_lookup_elem_flags": (i, [i, vp, vp, ctypes.c_uint64]),
+        "bpf_prog_get_fd_by_id": (i, [ctypes.c_uint32]),
         "libbpf_set_print": (vp, [vp]),
     }
     for fn, (res, args) in sigs.items():
@@ -80,6 +82,14 @@ class BpfObject:
             raise EmuError(f"{self.path} has no program {name!r}")
         return int(self._lib.bpf_program__fd(prog))
 
+    def prog_id(self, name: str) -> int:
+        """The kernel's id of program ``name`` (from its fd's /proc fdinfo)."""
+        fd = self.prog_fd(name)
+        for line in open(f"/proc/self/fdinfo/{fd}", encoding="ascii"):
+            if line.startswith("prog_id:"):
+                return int(line.split()[1])
+        raise EmuError(f"{self.path}: program {name!r} has no prog_id in its fdinfo")
+
     def map_fd(self, name: str) -> int:
         fd = self._maps.get(name)
         if fd is None:
@@ -106,3 +116,13 @@ class BpfObject:
         if self._obj is not None:
             self._lib.bpf_object__close(self._obj)
             self._obj = None
+
+
+def prog_exists(prog_id: int) -> bool:
+    """Whether the kernel still holds program ``prog_id`` (something still refers to it:
+    an fd or a tc filter)."""
+    fd = _lib().bpf_prog_get_fd_by_id(prog_id)
+    if fd >= 0:
+        os.close(fd)
+        return True
+    return False

@@ -1,14 +1,21 @@
 """Root tests of the switch ports' congestion signals (emu/signals.py, emu/bpf/port.c):
 ECN marks and trims happen in the kernel's path, every trimmed header and CE mark reaches
-the receiving socket intact (the kernel checked its UDP checksum), and the counters match
-what the receiver saw."""
+the receiving socket intact (the kernel checked its UDP checksum), the counters match
+what the receiver saw, and the programs go with the fabric and with `emu clean`."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+from emu import registry
+from emu.bpf.libbpf import prog_exists
 from emu.counters import queue_stats
 from emu.fabric import Fabric
 from topologies import LinkSpec, MultiPlaneClos
@@ -16,6 +23,8 @@ from topologies.signals import SwitchSignals
 from transports.core import wire
 
 pytestmark = pytest.mark.root
+
+ROOT = Path(__file__).resolve().parents[2]
 
 LINK = LinkSpec(rate_mbit=20.0, queue_packets=24)
 SPEC = MultiPlaneClos(planes=1, spines=1, leaves=1, hosts_per_leaf=4, host_link=LINK,
@@ -90,3 +99,44 @@ def test_plain_fabric_can_switch_signals_on_and_off() -> None:
         got = _incast(fab, {"h0": wire.FLAG_TRIM_OK, "h1": wire.FLAG_TRIM_OK})
         assert not any(h.flags & (wire.FLAG_CE | wire.FLAG_TRIMMED) for h in got)
         assert sum(s.marked for s in fab.signal_stats().values()) == before
+
+
+def _programs_gone(ids: tuple[int, ...], timeout: float = 10.0) -> list[int]:
+    """The programs of ``ids`` still loaded after ``timeout`` (the kernel frees a program
+    once its last filter goes with its namespace, a little after the namespace)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [i for i in ids if prog_exists(i)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def test_the_program_goes_with_the_fabric() -> None:
+    with Fabric(SPEC, name="sigdown", signals=SwitchSignals(ecn=True)) as fab:
+        assert fab.port_signals is not None
+        ids = fab.port_signals.program_ids()
+        assert all(prog_exists(i) for i in ids)
+    assert _programs_gone(ids) == []
+
+
+def test_emu_clean_removes_the_program_of_a_crashed_fabric() -> None:
+    registry.clean(only="sigcrash")  # leftovers of an interrupted earlier run
+    code = ("import os\nfrom emu.fabric import Fabric\n"
+            "from topologies import MultiPlaneClos\n"
+            "from topologies.signals import SwitchSignals\n"
+            "fab = Fabric(MultiPlaneClos(planes=1, spines=1, leaves=2, hosts_per_leaf=1),\n"
+            "             name='sigcrash', signals=SwitchSignals(trim=True))\n"
+            "fab.start()\n"
+            "print(*fab.port_signals.program_ids(), flush=True)\n"
+            "os._exit(1)  # no teardown: a crashed run\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 1, proc.stderr
+    ids = tuple(int(x) for x in proc.stdout.split())
+    assert len(ids) == 2
+    # the crashed run's filters still hold its programs in its namespaces
+    assert all(prog_exists(i) for i in ids)
+    report = registry.clean()
+    assert "sigcrash" in report.fabrics
+    assert _programs_gone(ids) == []
