@@ -115,10 +115,16 @@ class NodeKernel:
         return cls(name, netns, pid, fd, ipr, role)
 
     def close(self) -> None:
-        """Close the netlink sockets and the namespace fd."""
+        """Close the netlink sockets and the namespace fd. A socket whose request a stop
+        signal interrupted (its event loop stopped mid-request) cannot finish its close:
+        RuntimeError, skipped (the socket goes with the process) so that the teardown
+        goes on."""
         try:
             for ipr in [self._main_ipr, *self._opened]:
-                ipr.close()
+                try:
+                    ipr.close()
+                except RuntimeError:
+                    pass
         finally:
             os.close(self.fd)
 
