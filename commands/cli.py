@@ -173,7 +173,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from workloads.training.demo import run_training_demo
 
     out = _out_dir(args, "demo", "emu demo")
-    run_training_demo(out, say=_progress, steps=args.steps)
+    run_training_demo(out, say=_progress, steps=args.steps, ablation=args.ablation)
     print(f"results: {out}/ (results.jsonl, steps.csv, job_steps.csv, evals.csv, events.csv, "
           "calibration.json, time_to_accuracy.png, step_timeline.png)")
     return 0
@@ -194,11 +194,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.set:
         exp = experiment.with_overrides(exp, dict(experiment.parse_override(a) for a in args.set))
     variants = None
+    if args.transports and args.systems:
+        raise EmuError("--transports and --systems are exclusive: name systems only")
     if args.transports:
         names = [t.strip() for t in args.transports.split(",") if t.strip()]
         variants = [(n, {"transport.name": n}) for n in names]
-        for _, ov in variants:  # validate every variant before anything is built
-            experiment.with_overrides(exp, ov)
+    if args.systems:
+        from workloads.systems import system
+
+        try:
+            variants = [(n, system(n.strip()).overrides())
+                        for n in args.systems.split(",") if n.strip()]
+        except ValueError as e:
+            raise EmuError(f"--systems: {e}") from None
+    for _, ov in variants or ():  # validate every variant before anything is built
+        experiment.with_overrides(exp, ov)
     # A Python timeline that does more than declare events runs here, as root, the first
     # time its events are asked for: now, so its errors come before anything is built.
     _ = exp.events
@@ -352,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "through a link cut and microbursts; compare")
     m.add_argument("--out", help="results directory (default results/demo-TIMESTAMP)")
     m.add_argument("--steps", type=int, default=None, help="training steps per transport")
+    m.add_argument("--ablation", action="store_true",
+                   help="also MRC with each congestion mechanism off in turn (no trimming, "
+                   "no ECN, equal NIC shares, plain switches)")
     _force_arg(m)
     m.add_argument("--paths", action="store_true",
                    help="instead: prove the default fabric's paths and measure their goodput")
@@ -378,6 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a key, e.g. --set workload.steps=50 (repeatable)")
     r.add_argument("--transports", metavar="A,B,...",
                    help="run once per transport (mrc, rc, dblp, gloo) on one fabric, compared")
+    r.add_argument("--systems", metavar="A,B,...",
+                   help="run once per system on one fabric, compared: a transport with its "
+                   "switches (mrc, mrc-no-trim, mrc-no-ecn, mrc-equal-nics, mrc-reps, "
+                   "mrc-plain, rc, rc-dcqcn, rc-lossy, tcp: workloads/systems.py)")
     r.add_argument("--capture", action="append", metavar="NODE:IFNAME",
                    help="tcpdump the transports' packets on this port (e.g. h4:p0, p0l1:h4) "
                         "during every run: OUT/captures/LABEL-repN-NODE-IFNAME.pcap, a capture "

@@ -1,8 +1,14 @@
-"""Router counters: interface packet counts and egress queue statistics per node."""
+"""Router counters: interface packet counts and egress queue statistics per node.
+
+Where the switch ports run their signals program (emu/signals.py), a packet that would
+overflow the buffer is dropped by the program, ahead of the FIFO: ``with_port_drops``
+adds those to the FIFO's, so "drops at a port" means the same with and without it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from emu.kernel import FIFO_HANDLE, NodeKernel
 
@@ -38,4 +44,15 @@ def queue_stats(kernel: NodeKernel) -> dict[str, QueueStats]:
         queue = stats2.get_attr("TCA_STATS_QUEUE")
         out[names[q["index"]]] = QueueStats(basic["packets"], basic["bytes"], queue["drops"],
                                             queue["backlog"])
+    return out
+
+
+def with_port_drops(stats: Mapping[tuple[str, str], QueueStats],
+                    program: Mapping[tuple[str, str], object]) -> dict[tuple[str, str], QueueStats]:
+    """``stats`` ((node, ifname) -> FIFO) with each port's program drops added
+    (``program``: emu.signals.SignalStats by port, from ``Fabric.signal_stats``)."""
+    out = {}
+    for port, q in stats.items():
+        extra = int(getattr(program.get(port), "dropped", 0))
+        out[port] = replace(q, drops=q.drops + extra) if extra else q
     return out

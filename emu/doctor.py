@@ -82,6 +82,10 @@ def _kernel_probes() -> dict[str, tuple[bool, str]]:
         idx1 = ipr.link_lookup(ifname="probe1")[0]
         attempt("netem", lambda: ipr.tc("add", "netem", idx1, 0x10000, delay=1000),
                 "netem qdisc")
+        attempt("red", lambda: ipr.tc("add", "red", idx1, 0x20000, parent=0x10000,
+                                      limit=100000, min=10000, max=30000, avpkt=1000,
+                                      ecn=True), "RED qdisc with ECN")
+        out["port_bpf"] = _port_bpf_probe(ipr, idx)
     out["nftables"] = _run_ok(["nft", "add", "table", "inet", "sae_probe"], "nft tables")
     if out["nftables"][0]:
         out["nft_numgen"] = _run_ok(
@@ -97,6 +101,28 @@ def _kernel_probes() -> dict[str, tuple[bool, str]]:
     except OSError as e:
         out["sched_fifo"] = (False, f"sched_setscheduler: {e.strerror}")
     return out
+
+
+def _port_bpf_probe(ipr, idx: int) -> tuple[bool, str]:
+    """The switch ports' program (emu/bpf/port.c) built, verified and attached at a
+    clsact egress with cls_bpf, as a fabric attaches it."""
+    from emu.bpf.build import object_path
+    from emu.bpf.libbpf import BpfObject
+    from emu.errors import EmuError
+
+    try:
+        obj = BpfObject.load(str(object_path()))
+    except EmuError as e:
+        return False, str(e)[:300]
+    try:
+        ipr.tc("add", "clsact", idx)
+        ipr.tc("add-filter", "bpf", idx, ":1", fd=obj.prog_fd("port_egress"),
+               name="port_egress", parent=0xFFFFFFF3, classid=1, direct_action=True)
+        return True, "clsact + cls_bpf: the ports' program verified and attached"
+    except Exception as e:  # noqa: BLE001 - any failure means "not available"
+        return False, f"{type(e).__name__}: {e}"
+    finally:
+        obj.close()
 
 
 def _run_ok(cmd: list[str], ok: str) -> tuple[bool, str]:
@@ -177,6 +203,15 @@ def check() -> list[Capability]:
                             "no delay lines possible")))
     caps.append(Capability("tun", t, td, "userspace delay lines" if t
                            else "no userspace delay"))
+    pb, pbd = k("port_bpf")
+    red, redd = k("red")
+    caps.append(Capability(
+        "port signals", pb, f"{pbd}; RED: {redd}",
+        "ECN marking, trimming and per-port counters at every switch port: tc eBPF "
+        "(clsact + cls_bpf) with a virtual queue per port from its rate" if pb else
+        ("no ECN or trimming: this emulator marks and trims with tc eBPF only (RED with ECN "
+         "is here but not used); fabrics with ecn/trim set refuse to build" if red else
+         "no ECN or trimming: fabrics with ecn/trim set refuse to build")))
     rt, rtd = k("sched_fifo")
     caps.append(Capability("realtime", rt, rtd, "delay-line relays and microburst senders at "
                            "real-time priority (timing to ~0.1-0.4 ms)" if rt else

@@ -40,10 +40,12 @@ from emu.kernel import NodeKernel, create_veths, netem_works
 from emu.mininet_topo import MultiPlaneClosTopo
 from emu.netns import NETNS_RUN_DIR, bind_name, ns_inode
 from emu.nodes import EmuHost, EmuNet, LinuxRouter, VethLink
+from emu.signals import PortSignals, SignalStats
 from emu.timeouts import describe, scaled
-from topologies import MultiPlaneClos, ScaleAcross
+from topologies import MultiPlaneClos, Role, ScaleAcross
 from topologies.routing import ECMP_MODES, EcmpMode, NodePlan, plan_fabric
 from topologies.routing_dci import plan_scaleacross
+from topologies.signals import PLAIN, SwitchSignals
 
 DELAY_BACKENDS = ("auto", "netem", "userspace")
 
@@ -72,7 +74,7 @@ class Fabric:
     def __init__(self, spec: MultiPlaneClos | ScaleAcross, name: str = "emu",
                  progress: Progress | None = None, control_plane: EcmpMode = "static",
                  bfd: BfdTimers = DEFAULT_BFD, converge_timeout: float = 120.0,
-                 delay_backend: str = "auto") -> None:
+                 delay_backend: str = "auto", signals: SwitchSignals = PLAIN) -> None:
         if not name.isidentifier() or len(name) > 12:
             raise EmuError(f"fabric name {name!r} is invalid: use up to 12 letters, digits or _")
         if control_plane not in ECMP_MODES:
@@ -99,6 +101,8 @@ class Fabric:
             self.plans = plan_fabric(spec, ecmp=control_plane)
             self.bgp = frr.plan_bgp(spec, self.plans, bfd) if control_plane == "bgp" else {}
         self.frr: FrrRunner | None = None
+        self.signals = signals  # what the switch ports mark, trim and buffer
+        self.port_signals: PortSignals | None = None  # their program, once attached
         self.net: EmuNet | None = None
         self.kernels: dict[str, NodeKernel] = {}
         self.build_times: BuildTimes | None = None
@@ -217,6 +221,9 @@ class Fabric:
         for name, plan in self.plans.items():
             # Every port is up at both ends now: the local routes follow shortly.
             self.kernels[name].wait_addresses_local(plan)
+        if self.signals.active:
+            self._progress(f"switch ports: {self.signals.label} (eBPF at every port)")
+            self._attach_signals(self.signals)
         t3 = time.monotonic()
         if self.control_plane == "bgp":
             self._start_frr()
@@ -224,6 +231,37 @@ class Fabric:
         self.build_times = BuildTimes(t1 - t0, t2 - t1, t3 - t2, t4 - t3)
         self._state.built = True
         self._state.save()
+
+    def _attach_signals(self, signals: SwitchSignals) -> None:
+        switch_ports = {}
+        host_ports = []
+        for name, plan in self.plans.items():
+            for iface in plan.interfaces:
+                if self.kernels[name].role is Role.HOST:
+                    host_ports.append((name, iface.ifname))
+                elif iface.link.tier != "dci" or self.delay_backend_used != "netem":
+                    switch_ports[(name, iface.ifname)] = iface.link.spec
+        self.port_signals = PortSignals(self.kernels, switch_ports, host_ports, self.spec.mtu)
+        self.port_signals.attach(signals)
+
+    def set_signals(self, signals: SwitchSignals) -> None:
+        """What every switch port marks, trims and buffers from now on (between runs: the
+        ports' virtual queues start empty). The ports' program is attached on first use."""
+        if self.net is None:
+            raise EmuError("set_signals needs a running fabric")
+        if self.port_signals is None:
+            if not signals.active:
+                self.signals = signals
+                return
+            self._attach_signals(signals)
+        else:
+            self.port_signals.apply(signals)
+        self.signals = signals
+
+    def signal_stats(self) -> dict[tuple[str, str], SignalStats]:
+        """Every port's marked, trimmed, dropped and CE-seen counters ({} while no port
+        program is attached)."""
+        return self.port_signals.stats() if self.port_signals is not None else {}
 
     def _choose_delay_backend(self, node: str) -> str:
         """netem if asked for or (auto) if this kernel has it, else the userspace delay line."""
@@ -296,6 +334,8 @@ class Fabric:
         t0 = time.monotonic()
         for dl in self.delay_lines.values():
             dl.stop()  # final counters stay readable through dl.stats()
+        if self.port_signals is not None:
+            self.port_signals.close()  # the filters go with the namespaces
         for k in self.kernels.values():
             try:
                 k.close()

@@ -14,7 +14,7 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyroute2 import IPRoute
@@ -40,6 +40,12 @@ HTB_CTRL = 0x10010  # 1:10  control traffic (ACKs, NACKs, probes): served first
 HTB_DATA = 0x10020  # 1:20  everything else (the default class)
 FIFO_HANDLE = 0x20000  # 2:  the data FIFO: the switch buffer whose drops are counted
 CTRL_FIFO = 0x30000  # 3:
+# A host's NIC queue: a NIC never drops its own packets (it holds back its queue pairs
+# while its port is busy). A userspace transport hands the kernel whatever its windows
+# allow, across all its connections at once (an all-to-all of 12 connections puts ~200
+# packets on a host's two ports at t = 0): with a switch-sized FIFO there, the NIC would
+# drop its own packets. The switch buffers (the other end of each link) stay as given.
+HOST_NIC_PACKETS = 4096
 ETH_P_IPV6 = 0x86DD
 
 # Quiet, deterministic namespaces: no DAD delay, no router solicitations or
@@ -109,10 +115,16 @@ class NodeKernel:
         return cls(name, netns, pid, fd, ipr, role)
 
     def close(self) -> None:
-        """Close the netlink sockets and the namespace fd."""
+        """Close the netlink sockets and the namespace fd. A socket whose request a stop
+        signal interrupted (its event loop stopped mid-request) cannot finish its close:
+        RuntimeError, skipped (the socket goes with the process) so that the teardown
+        goes on."""
         try:
             for ipr in [self._main_ipr, *self._opened]:
-                ipr.close()
+                try:
+                    ipr.close()
+                except RuntimeError:
+                    pass
         finally:
             os.close(self.fd)
 
@@ -169,8 +181,10 @@ class NodeKernel:
                      change=IFF_UP | IFF_NOARP | IFF_MULTICAST)
             ipr.addr("add", index=i, address=str(iface.address.ip),
                      prefixlen=iface.address.network.prefixlen, flags=IFA_F_NODAD)
-            set_egress_queue(ipr, i, specs[iface.ifname], mtu,
-                             (netem or {}).get(iface.ifname))
+            spec = specs[iface.ifname]
+            if self.role is Role.HOST:  # a NIC holds its own packets: it does not drop them
+                spec = replace(spec, queue_packets=max(spec.queue_packets, HOST_NIC_PACKETS))
+            set_egress_queue(ipr, i, spec, mtu, (netem or {}).get(iface.ifname))
         for n in plan.neighbors:
             ipr.neigh("add", dst=str(n.address), lladdr=n.mac, ifindex=idx[n.ifname],
                       state=NUD_PERMANENT)

@@ -319,10 +319,11 @@ class Microburst:
             time.sleep(0.005)
 
     def _queues(self, nodes: list[str]) -> dict[Egress, QueueStats]:
-        from emu.counters import queue_stats
+        from emu.counters import queue_stats, with_port_drops
 
-        return {(node, ifname): q for node in nodes
+        fifo = {(node, ifname): q for node in nodes
                 for ifname, q in queue_stats(self.fab.kernels[node]).items()}
+        return with_port_drops(fifo, self.fab.signal_stats())  # the ports' program drops too
 
     def report(self) -> dict[str, Any]:
         """Per-source counts and timing, the geometry, and the FIFO drops measured between

@@ -20,8 +20,10 @@ STAMP="$VENV/.scaleacross-installed"
 # python3-wheel is needed by Debian's setuptools 66 for the offline
 # (--no-build-isolation) editable install below.
 # chromium: the browser tests open the reports and the docs site in it (headless).
+# clang and libbpf-dev: the switch ports' eBPF program (emu/bpf/port.c) is built from
+# source here (step 6) and loaded through libbpf1 (pulled in by libbpf-dev).
 PACKAGES=(mininet iproute2 nftables tcpdump frr ruby python3-venv python3-wheel
-          iperf3 ethtool procps psmisc kmod iputils-ping chromium)
+          iperf3 ethtool procps psmisc kmod iputils-ping chromium clang libbpf-dev)
 MODULES=(sch_htb veth)
 
 did=()
@@ -84,6 +86,15 @@ if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" || scripts/setup.sh -nt "$STA
     touch "$STAMP"
     did+=("pip install -e '.[test,sweep,docs]' into .venv")
 fi
+
+# 6. The switch ports' eBPF program, built from its source into a root-owned cache
+#    (/var/cache/scaleacross-emu/bpf, named by the source's hash: an edited source is
+#    rebuilt, a built one is not built again).
+bpf_out="$("$VENV/bin/python" -m emu.bpf.build)"
+case "$bpf_out" in
+    *"already built"*) ;;
+    *) did+=("$bpf_out") ;;
+esac
 
 if ((${#did[@]})); then
     for line in "${did[@]}"; do echo "setup: $line"; done

@@ -28,9 +28,9 @@ from commands.reproduce.claim import ClaimContext, ClaimResult, ClaimSpec, Figur
 from commands.reproduce.params import Param, check_params, positive, positive_int, subset_of
 from commands.reproduce.plots import bars
 from commands.reproduce.verdict import judge, spread
+from workloads import systems as signal_variants
 
-SYSTEMS = ("mrc", "rc", "tcp")
-NAMES = {"mrc": "MRC", "rc": "RC over ECMP", "tcp": "kernel TCP"}
+SYSTEMS = tuple(signal_variants.SYSTEMS)  # labels: transport, settings, switches
 ORDER: tuple[Verdict, ...] = ("does not hold here", "holds in direction", "holds")
 
 SCHEMA = {
@@ -42,13 +42,23 @@ SCHEMA = {
                             positive_int),
     "patterns": Param(list, f"a list of distinct patterns among "
                       f"{', '.join(collisions.PATTERNS)}", subset_of(collisions.PATTERNS)),
-    "systems": Param(list, "a list of distinct systems among mrc, rc, tcp, with mrc and "
-                     "at least one of rc, tcp", lambda v: subset_of(SYSTEMS)(v)
-                     and isinstance(v, list) and "mrc" in v and len(v) >= 2),
+    "systems": Param(list, f"a list of distinct systems among {', '.join(SYSTEMS)} "
+                     "(workloads/systems.py), with mrc and at least one "
+                     "ECMP system (rc, rc-*, tcp)", lambda v: subset_of(SYSTEMS)(v)
+                     and isinstance(v, list) and "mrc" in v and any(_ecmp(t) for t in v)),
     "deadline_s": Param((int, float), "seconds > 0 a transfer may take", positive),
     "samples": Param(int, "Monte Carlo hashings of the ECMP expectation, >= 100",
                      lambda v: isinstance(v, int) and v >= 100, required=False),
 }
+
+
+def _ecmp(label: str) -> bool:
+    """A baseline hashed by ECMP (not one of MRC's forms)."""
+    return signal_variants.SYSTEMS[label].transport != "mrc"
+
+
+def _name(label: str) -> str:
+    return signal_variants.SYSTEMS[label].summary
 
 
 class SprayingKind:
@@ -78,9 +88,9 @@ def _measure(p: Mapping[str, Any], ctx: ClaimContext) -> dict[str, Any]:
     """Every repetition of every pattern and system, interleaved, on one fabric."""
     from commands.bench.transport import bench_spec, payload_efficiency
     from emu.fabric import Fabric
+    from emu.signals import signal_record
     from topologies.timescale import time_scale
     from transports.testing.harness import Transfer, run_transfers
-    from workloads.calibration.transfers import transport_config
 
     spec = bench_spec(float(p["rate_mbit"]), hosts_per_leaf=int(p["hosts_per_leaf"]),
                       queue=int(p["queue_packets"]))
@@ -97,9 +107,18 @@ def _measure(p: Mapping[str, Any], ctx: ClaimContext) -> dict[str, Any]:
         for rep in range(ctx.repetitions):
             for pattern, transfers in plans.items():
                 for t in p["systems"]:
-                    r = run_transfers(fab, t, transfers, config=transport_config(t),
+                    sysdef = signal_variants.system(t)
+                    fab.set_signals(sysdef.signals)
+                    sig0, fifo0 = fab.signal_stats(), _fifo_drops(fab)
+                    r = run_transfers(fab, sysdef.transport, transfers,
+                                      config=sysdef.plan_config(),
                                       deadline_s=float(p["deadline_s"]))
+                    sig = signal_record(sysdef.signals, sig0, fab.signal_stats())
+                    fifo = {k: v - fifo0[k] for k, v in _fifo_drops(fab).items()}
                     row = {"rep": rep, "pattern": pattern, "system": t, "ok": r.ok,
+                           "switches": sig["signals"], "marked": sig["marked"],
+                           "trimmed": sig["trimmed"], "port_dropped": sig["dropped"],
+                           "fifo_dropped": fifo["switch"], "nic_dropped": fifo["host"],
                            "completion_s": round(r.completion_s, 4) if r.ok else None,
                            "p50_completion_s": round(statistics.median(
                                m["t"] for m in r.messages), 4) if r.ok else None,
@@ -117,6 +136,18 @@ def _measure(p: Mapping[str, Any], ctx: ClaimContext) -> dict[str, Any]:
             "time_scale": time_scale(spec).describe(),
             "bytes_per_pair": {k: v[0].size for k, v in plans.items()},
             "flows": {k: len(v) for k, v in plans.items()}}
+
+
+def _fifo_drops(fab: Any) -> dict[str, int]:
+    """Drops at the kernel FIFOs so far: the switch ports' and the hosts' NICs'."""
+    from emu.counters import queue_stats
+    from topologies import Role
+
+    out = {"switch": 0, "host": 0}
+    for k in fab.kernels.values():
+        side = "host" if k.role is Role.HOST else "switch"
+        out[side] += sum(q.drops for q in queue_stats(k).values())
+    return out
 
 
 def _losses(drivers: Mapping[str, Any]) -> dict[str, int]:
@@ -163,10 +194,11 @@ def _result(spec: ClaimSpec, ctx: ClaimContext, p: Mapping[str, Any],
                                 *spread(cs), len(cs)))
         plotted.extend(fracs)
         for t in p["systems"]:
-            if t == "mrc":
+            if not _ecmp(t):
                 continue
-            occ = collisions.occupancy(pattern, t, clos)
-            e = expect[(pattern, t)] = collisions.completion(pattern, t, clos,
+            tr = signal_variants.SYSTEMS[t].transport
+            occ = collisions.occupancy(pattern, tr, clos)
+            e = expect[(pattern, t)] = collisions.completion(pattern, tr, clos,
                                                              samples=samples)
             expected.append(Figure(f"ECMP balls-into-bins occupancy, {pattern}", t,
                                    "fraction", "dimensionless", occ, occ, occ, 1))
@@ -177,12 +209,12 @@ def _result(spec: ClaimSpec, ctx: ClaimContext, p: Mapping[str, Any],
             paired = [mrc[k] / base[k] for k in mrc if k in base and base[k] > 0]
             if not paired:
                 judged.append(("does not hold here", f"no repetition of the {pattern} "
-                               f"completed with both MRC and {NAMES[t]}."))
+                               f"completed with both MRC and {_name(t)}."))
                 continue
             ratio = spread(paired)
             ratios.append(Figure(f"MRC over {t} goodput, {pattern}", "mrc", "x",
                                  "dimensionless", *ratio, len(paired)))
-            judged.append(judge(ratio, 1 / e[0], what=f"MRC's goodput over {NAMES[t]}'s on "
+            judged.append(judge(ratio, 1 / e[0], what=f"MRC's goodput over {_name(t)}'s on "
                                 f"the {pattern}"))
         figures.extend(fracs + expected + ratios + times)
         plot_groups.append((pattern.replace("_", "-"), plotted))
@@ -191,13 +223,17 @@ def _result(spec: ClaimSpec, ctx: ClaimContext, p: Mapping[str, Any],
                 "fraction of ideal", plot_groups, refs=(("ideal", 1.0),))
     verdict, reason = _overall(judged, rows, p, m["ideal_s"])
     table = Table("Per repetition (interleaved in this order)",
-                  ("rep", "pattern", "system", "fraction of ideal", "median completion (s)",
-                   "last completion (s)", "retransmissions", "timeouts", "silent timeouts",
-                   "failed transfers"),
-                  tuple((r["rep"], r["pattern"], r["system"], r["fraction"] if r["ok"] else
-                         "failed", r["p50_completion_s"] if r["ok"] else "-",
+                  ("rep", "pattern", "system", "switches", "fraction of ideal",
+                   "median completion (s)", "last completion (s)", "retransmissions",
+                   "timeouts", "silent timeouts", "marked", "trimmed", "dropped at ports",
+                   "FIFO drops (switches / NICs)", "failed transfers"),
+                  tuple((r["rep"], r["pattern"], r["system"], r["switches"],
+                         r["fraction"] if r["ok"] else "failed",
+                         r["p50_completion_s"] if r["ok"] else "-",
                          r["completion_s"] if r["ok"] else "-", r["retx"], r["timeouts"],
-                         r["silent_timeouts"], r["failed"]) for r in rows))
+                         r["silent_timeouts"], r["marked"], r["trimmed"], r["port_dropped"],
+                         f"{r['fifo_dropped']} / {r['nic_dropped']}", r["failed"])
+                        for r in rows))
     setting = (f"transport bench fabric: {clos.planes} planes x {clos.spines} spines x "
                f"{clos.leaves} racks x {clos.hosts_per_leaf} hosts, {p['rate_mbit']:g} Mbit/s "
                f"links, {p['queue_packets']}-packet FIFOs; {p['bytes_per_host']:,} bytes per "

@@ -55,12 +55,21 @@ class Clos:
 def pairs(pattern: str, clos: Clos) -> list[tuple[int, int]]:
     """(source, destination) host indices of ``pattern``: ``permutation`` (each host to
     the host with its index on the next rack) or ``all_to_all`` (each host to every host
-    of every other rack)."""
+    of every other rack).
+
+    The all-to-all lists each source's destinations in the order a collective issues
+    them (NCCL's all-to-all walks its peers from its own rank on): host ``i`` starts at
+    ``i + hosts_per_leaf`` and goes round, so at each position every host is the
+    destination of exactly one source. In index order every rack's hosts would post to
+    the same first host, and each host's NIC FIFO would carry its flows in that order: a
+    rolling incast onto one receiver at a time, whatever the transport."""
     n, h = clos.hosts, clos.hosts_per_leaf
     if pattern == "permutation":
         return [(i, (i + h) % n) for i in range(n)]
     if pattern == "all_to_all":
-        return [(i, j) for i in range(n) for j in range(n) if clos.leaf(i) != clos.leaf(j)]
+        return [(i, j) for i in range(n)
+                for j in sorted(range(n), key=lambda j: (j - i - h) % n)
+                if clos.leaf(i) != clos.leaf(j)]
     raise ValueError(f"pattern {pattern!r} is invalid: must be one of {', '.join(PATTERNS)}")
 
 

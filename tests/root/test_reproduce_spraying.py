@@ -34,6 +34,11 @@ def test_spraying_claim_small(tmp_path: Path) -> None:
     assert [(x["rep"], x["system"]) for x in rows] == [(i, s) for i in range(3)
                                                       for s in ("mrc", "rc")]
     assert all(x["ok"] and x["failed"] == 0 for x in rows)
+    # each system on its production switches, set per run on the one fabric; RC's
+    # lossless ports never drop
+    assert {x["system"]: x["switches"] for x in rows} == {"mrc": "ecn+trim",
+                                                          "rc": "lossless+ecn"}
+    assert all(x["port_dropped"] == x["fifo_dropped"] == 0 for x in rows if x["system"] == "rc")
     frac = {f.system: f for f in r.figures if f.name == "fraction of ideal, permutation"}
     assert frac["mrc"].n == frac["rc"].n == 3
     assert 0 < frac["rc"].hi < frac["mrc"].lo <= 1.05  # spraying beyond the spread

@@ -44,6 +44,19 @@ Window updates:
 - ``undo(cwnd, at)``: a cut that proved spurious (the loss it answered was not one:
   transports/core/mrc/connection.py, Eifel-style) is taken back, if no other cut came since.
 
+ECN (``ecn``, on by default; the switches mark: topologies/signals.py): an ACK echoing a
+CE mark (FLAG_ECE) and its delay place it in one of NSCC's four quadrants, once the
+connection has seen a mark (before that, or with ``ecn`` off, the window is delay-only as
+above, so a fabric that never marks loses nothing):
+
+- no mark, delay <= target: proportional and fair increase (as above);
+- no mark, delay > target: fair increase only (the queue that delayed it is draining:
+  ECN leads, delay trails);
+- mark, delay > target: multiplicative decrease (as above);
+- mark, delay <= target: no change (one path's queue: the path selector moves load off it).
+
+A trimmed packet's NACK (``on_trim``) quick-adapts (gated, ``trim_qa``).
+
 Per-path RTT estimation and RTOs live in transports/core/rto.py.
 """
 
@@ -76,6 +89,10 @@ class NsccConfig:
     max_md_jump: float = knob(0.5, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     qa_threshold: float = knob(4.0, lo=0.0)  # quick adapt when delay > qa_threshold * target
     qa_gate: float = knob(2.0, lo=0.0)  # at most one quick adapt per qa_gate RTTs
+    # react to ECN echoes as NSCC's quadrants (once the path showed it marks: see on_ack)
+    ecn: bool = knob(True)
+    # a trimmed packet's NACK is a quick-adapt trigger (as an RTO is)
+    trim_qa: bool = knob(True)
     init_cwnd: int | None = knob(None, lo=1)  # bytes; None: 16 packets
     min_cwnd: int | None = knob(None, lo=1)  # bytes; None: two packets
     max_cwnd: int = knob(16 << 20, lo=1)  # bytes
@@ -163,6 +180,8 @@ class Nscc:
         self.acked_window: list[tuple[float, int]] = []  # (t, bytes) over ~the last RTT
         self.acked_recent = 0
         self.n_md = self.n_qa = self.n_undo = 0
+        self.n_ecn = self.n_noop = self.n_trim = 0  # marked ACKs, no-op quadrants, trims
+        self.marks_seen = False  # an ECN echo came back: the fabric marks (quadrants on)
         self.n_rto = 0  # quick adapts on a retransmission timeout (among n_qa)
 
     def __repr__(self) -> str:
@@ -200,9 +219,13 @@ class Nscc:
         """The RTT above which ``ev`` is congested: its base plus the delay target."""
         return (self.base(ev) or 0.0) + self.target(ev)
 
-    def on_ack(self, acked: int, rtt: float | None, now: float, ev: int = 0) -> None:
+    def on_ack(self, acked: int, rtt: float | None, now: float, ev: int = 0,
+               ecn: bool = False) -> None:
         """``acked`` bytes newly acknowledged; ``rtt`` the sample this ACK brought (or None),
-        measured on EV ``ev``."""
+        measured on EV ``ev``; ``ecn``: the packet it answers arrived marked CE."""
+        if ecn and self.cfg.ecn:
+            self.marks_seen = True
+            self.n_ecn += 1
         if acked:
             self.acked_window.append((now, acked))
             self.acked_recent += acked
@@ -230,6 +253,17 @@ class Nscc:
         if delay > cfg.qa_threshold * target and now - self.last_qa >= cfg.qa_gate * base:
             self.quick_adapt(now)
             return
+        if self.marks_seen:  # NSCC's quadrants: ECN leads, delay trails
+            ecn = ecn and cfg.ecn
+            if delay <= target:
+                if ecn:  # one path is congested, not the connection: the selector moves
+                    self.n_noop += 1
+                    return
+            elif not ecn:  # the queues are draining: increase gently
+                if acked:
+                    self.cwnd = min(self.max_cwnd,
+                                    self.cwnd + acked * cfg.fi * self.mtu / self.cwnd)
+                return
         if delay <= target:
             if acked:
                 inc = acked * (cfg.fi * self.mtu / self.cwnd
@@ -248,6 +282,13 @@ class Nscc:
             self.cwnd = float(achieved)
         self.last_qa = self.last_md = now
         self.n_qa += 1
+
+    def on_trim(self, now: float) -> None:
+        """A trimmed packet's NACK: a queue overflowed on its path. Quick adapt (gated), as
+        NSCC does on a trim; the packet is resent at once, its path not blamed."""
+        self.n_trim += 1
+        if self.cfg.trim_qa and now - self.last_qa >= self.cfg.qa_gate * (self.base_rtt or 0.0):
+            self.quick_adapt(now)
 
     def on_timeout(self, now: float) -> float | None:
         """A retransmission timeout: quick adapt (gated). Returns the window before the cut,

@@ -22,6 +22,11 @@ RTO: RFC 6298 (srtt + 4 rttvar), doubled per RTO without progress, within
 host's measured scheduling delay (transports/core/rto.py), restarted by every ACK of new
 data.
 
+DCQCN (``dcqcn``): the receiver answers a CE-marked packet at once with an ACK carrying
+FLAG_ECE (the congestion notification); the sender's rate (transports/core/dcqcn.py)
+is cut on it and recovers on its timers, and packets leave paced at that rate. With it,
+``aimd`` is what it always was (set it off: RoCE NICs run DCQCN alone).
+
 Spurious retransmissions: the receiver counts every packet it already had
 (``dup_data``) and acknowledges it at once; an ACK's ``ts_echo`` is its packet's
 ``ts`` plus the time the ACK was held, so one sent at once echoes it exactly. The
@@ -34,10 +39,11 @@ duplicate). RC does not act on it (go-back-N as RoCE NICs do); it is reported.
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from transports.core import wire
 from transports.core.api import Completion, Tx
+from transports.core.dcqcn import Dcqcn, DcqcnConfig
 from transports.core.knobs import check_knobs, knob
 from transports.core.message import Completions, MessageCore, OutMsg, Reassembly
 from transports.core.receiver import Receiver
@@ -78,8 +84,15 @@ class RcConfig:
     give_up_s: float = knob(10.0, lo=0.0)
     unposted_limit: int = knob(64 << 20, lo=0)  # bytes of messages received before posted
     use_crc: bool = knob(True)
+    # DCQCN's rate control on congestion notifications (ECN echoes): as RoCE NICs run it
+    dcqcn: bool = knob(False)
+    rate: DcqcnConfig = field(default_factory=DcqcnConfig)
 
     def __post_init__(self) -> None:
+        if isinstance(self.rate, dict):  # from JSON plans
+            object.__setattr__(self, "rate", DcqcnConfig(**self.rate))
+        if not isinstance(self.rate, DcqcnConfig):
+            raise TypeError(f"RcConfig.rate={self.rate!r}: DCQCN's settings (a table)")
         check_knobs(self)
         check_rto_config("RcConfig", self.rto_init, self.rto_min, self.rto_min_rtts,
                          self.rto_max)
@@ -112,6 +125,8 @@ class RcCore(MessageCore):
         self.strikes = 0
         self.first_strike_at = INF  # the first RTO without progress
         self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
+        self.dcqcn = Dcqcn(cfg.rate) if cfg.dcqcn else None  # the QP's rate (DCQCN)
+        self.pace_at = INF  # when pacing lets the next packet leave (INF: not waiting)
         # receiver: in order, one NACK per gap, cumulative ACKs (transports/core/receiver.py)
         self.rcv = Receiver(conn, cfg, self.reasm, self.stats, in_order=True)
 
@@ -166,7 +181,7 @@ class RcCore(MessageCore):
         return out
 
     def next_deadline(self) -> float | None:
-        d = min(self.rcv.ack_at, self.rto_at)
+        d = min(self.rcv.ack_at, self.rto_at, self.pace_at)
         return None if d == INF else d
 
     def state_sizes(self) -> dict[str, int]:
@@ -208,6 +223,8 @@ class RcCore(MessageCore):
             if 0 < r < 60.0:
                 self.rtt.sample(r)
                 self.min_rtt.sample(r, now)
+                if self.dcqcn is not None:
+                    self.dcqcn.set_rtt(self.min_rtt.value)
             named = self.ledger.get(h.ts_echo, 0)
             if named:
                 # acks a retransmission: a duplicate arrival if it advances nothing
@@ -216,7 +233,14 @@ class RcCore(MessageCore):
                     self.ledger.resolve(h.ts_echo, 0, psn)
                     if h.kind == ACK and cum <= self.snd_una:
                         self.stats["tx_retx_spurious"] += 1
+        rate = self.dcqcn
+        if rate is not None and h.flags & wire.FLAG_ECE:
+            self.stats["rx_cnp"] += 1
+            if rate.on_cnp(now):
+                self.stats["dcqcn_cut"] += 1
         if cum > self.snd_una:
+            if rate is not None:
+                rate.on_acked((cum - self.snd_una) * (HEADER_LEN + self.cfg.mtu_payload), now)
             for psn in range(self.snd_una, cum):
                 om, *_ = self.pkts.pop(psn)
                 om.acked += 1
@@ -263,8 +287,15 @@ class RcCore(MessageCore):
             return
         limit = self.snd_una + max(1, int(self.window))
         last = None
+        rate = self.dcqcn
+        self.pace_at = INF
         while self.snd_nxt < limit:
             psn = self.snd_nxt
+            if rate is not None and (psn < self.snd_max or self.sendq):
+                at = rate.send_at(now)
+                if at > now:  # paced: the rest leaves when the rate allows
+                    self.pace_at = at
+                    break
             if psn < self.snd_max:
                 om, off, n, fl, crc = self.pkts[psn]
                 flags = fl | FLAG_RETX
@@ -292,6 +323,8 @@ class RcCore(MessageCore):
                 buf[HEADER_LEN:] = om.data[off:off + n]
             out.append((0, buf))
             last = buf
+            if rate is not None:
+                rate.sent(len(buf), now)
             self.stats["tx_data_pkts"] += 1
             self.snd_nxt = psn + 1
         if last is not None:

@@ -23,6 +23,11 @@ not inflate the sender's RTT samples, and an ACK sent at once echoes its packet'
 ``ts`` exactly so the sender can tell which copy arrived (transports/core/spurious.py).
 Every reply goes back on the EV its packet came in on.
 
+Congestion signals (transports/core/wire.py): a packet that arrived marked CE is
+acknowledged at once, and an ACK carries FLAG_ECE when the packet it answers (``last_*``)
+was marked; a trimmed packet (SACK mode) is answered by a NACK naming its PSN
+(``on_trimmed``).
+
 Per-packet code: no logging, no allocation beyond the reply, attributes read into
 locals once.
 """
@@ -38,6 +43,8 @@ from transports.core.message import DROPPED, IntervalSet, Reassembly
 from transports.core.wire import (
     ACK,
     FLAG_ACK_REQ,
+    FLAG_CE,
+    FLAG_ECE,
     FLAG_SACK,
     FLAG_TAIL,
     HEADER_LEN,
@@ -93,6 +100,7 @@ class Receiver:
         self.last_ts = 0  # ts, EV and arrival time of the packet the next ACK answers
         self.last_rx = 0.0
         self.last_ev = 0
+        self.last_ce = 0  # FLAG_CE of that packet: the ACK echoes it (FLAG_ECE)
 
     def __repr__(self) -> str:
         mode = "in order" if self.in_order else "sack"
@@ -121,6 +129,7 @@ class Receiver:
         if self.in_order:
             # RC echoes the latest packet that passed the CRC, whatever became of it
             self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
+            self.last_ce = h.flags & FLAG_CE
             if psn < rcv_nxt:
                 stats["dup_data"] += 1
                 out.append(self.make_ack(now))
@@ -141,6 +150,7 @@ class Receiver:
             if psn < rcv_nxt or psn in ooo:
                 stats["dup_data"] += 1
                 self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
+                self.last_ce = h.flags & FLAG_CE
                 out.append(self.make_ack(now))
                 return False
             if psn >= rcv_nxt + cfg.window_pkts:
@@ -155,8 +165,11 @@ class Receiver:
             else:
                 ooo.add(psn, psn + 1)
             self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
+            self.last_ce = h.flags & FLAG_CE
         self.ack_pending += 1
-        if gap or h.flags & FLAG_ACK_REQ or self.ack_pending >= cfg.ack_every:
+        # a CE mark is echoed at once, on the EV it came by (its own ACK, as DCTCP's
+        # receiver acknowledges a change of CE state at once)
+        if gap or h.flags & (FLAG_ACK_REQ | FLAG_CE) or self.ack_pending >= cfg.ack_every:
             out.append(self.make_ack(now))
         elif self.ack_at == INF:
             self.ack_at = now + cfg.ack_delay
@@ -173,9 +186,9 @@ class Receiver:
         ooo = self.ooo
         nb = len(ooo)
         mx = self.max_sack_blocks
-        flags = 0
+        flags = FLAG_ECE if self.last_ce else 0
         if nb and mx:
-            flags = FLAG_SACK
+            flags |= FLAG_SACK
             if nb <= mx:
                 blocks = ooo.ranges()
             else:  # the lowest holes matter most; the highest tells how far data got
@@ -192,6 +205,21 @@ class Receiver:
             buf[HEADER_LEN:] = payload
         self.stats["tx_nack" if kind == NACK else "tx_ack"] += 1
         return (self.last_ev, buf)
+
+    def on_trimmed(self, h: wire.Header, now: float, out: list[Tx]) -> None:
+        """A DATA packet a switch trimmed (its header alone): a NACK naming its PSN goes
+        back at once on its EV, echoing its ``ts`` (the sender resends that transmission
+        without blaming the path). A PSN already received needs nothing."""
+        psn = h.psn
+        if psn < self.rcv_nxt or psn in self.ooo:
+            self.stats["dup_trimmed"] += 1
+            return
+        buf = bytearray(HEADER_LEN)
+        pack_header(buf, NACK, 0, self.conn, psn, h.msg, h.offset, h.msg_len, h.ev, 0,
+                    _ns(now), h.ts)
+        self.stats["rx_trimmed"] += 1
+        self.stats["tx_trim_nack"] += 1
+        out.append((h.ev, buf))
 
     def on_probe(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         """Answer a PROBE on its EV; a tail probe (FLAG_TAIL) by a full ACK instead."""

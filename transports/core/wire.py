@@ -22,6 +22,12 @@ ACK/NACK payloads carry SACK blocks: ``length // 8`` pairs of u32 (start, end)
 PSN ranges received beyond the cumulative ack (end exclusive). The same layout
 is declared as a scapy layer in transports/core/scapy_layer.py, so captures decode.
 
+Congestion signals (topologies/signals.py): MRC's DATA carries FLAG_TRIM_OK; a switch
+whose buffer is full cuts such a packet to its header and sets FLAG_TRIMMED (``length``
+still says how much payload was cut); the receiving NIC sets FLAG_CE on DATA that came
+marked CE; the ACK or NACK that answers it carries FLAG_ECE. An MRC receiver answers a
+trimmed packet by a NACK naming its PSN (``psn``) and EV.
+
 DBLP (transports/core/dblp/) adds two ACK flavours: FLAG_STOP (``msg`` names the message,
 ``msg_len`` its length, ``offset`` 1 if the receiver's deadline fired, the payload a
 bitmap of the chunks placed, bit i = byte i // 8, bit i % 8) and FLAG_STOP_OK (the
@@ -52,6 +58,12 @@ FLAG_ACK_REQ = 0x0008  # receiver should ack at once (end of a burst, a probe)
 FLAG_STOP = 0x0020  # ACK, receiver -> sender: stop sending ``msg`` (DBLP); payload: bitmap
 FLAG_STOP_OK = 0x0040  # ACK, sender -> receiver: ``msg`` abandoned; PSNs [psn, offset) never resent
 FLAG_TAIL = 0x0080  # PROBE in the data class after a silent RTO: answered by a full ACK (MRC)
+# Congestion signals from the switches (emu/bpf/port.c sets TRIMMED and CE; the bits and
+# their offset are part of that program too: change them together).
+FLAG_TRIM_OK = 0x0100  # DATA: a switch may trim this packet to its header rather than drop it
+FLAG_TRIMMED = 0x0200  # DATA: trimmed by a switch: header only, ``length`` is what was cut
+FLAG_CE = 0x0400  # DATA: the IP header arrived marked CE (the receiving NIC copies it here)
+FLAG_ECE = 0x0800  # ACK/NACK: the packet it answers arrived marked CE (ECN echo, a CNP for RC)
 
 MAX_PAYLOAD = 9000 - 40 - 8 - HEADER_LEN - 64  # jumbo MTU minus IPv6, UDP, header, SRH room
 
@@ -92,7 +104,10 @@ def parse(data: bytes | memoryview) -> Header:
         raise Malformed("version", f"version {h.version} != {WIRE_VERSION}")
     if h.kind not in KINDS:
         raise Malformed("kind", f"kind {h.kind}")
-    if h.length != n - HEADER_LEN:
+    if h.flags & FLAG_TRIMMED:  # a switch cut the payload: the header alone, and only DATA
+        if h.kind != DATA or n != HEADER_LEN:
+            raise Malformed("trimmed", f"kind {h.kind}, {n} bytes marked trimmed")
+    elif h.length != n - HEADER_LEN:
         raise Malformed("length", f"length field {h.length} != {n - HEADER_LEN} payload bytes")
     if h.kind == DATA and (h.offset + h.length > h.msg_len):
         raise Malformed("bounds", f"offset {h.offset} + {h.length} > message {h.msg_len}")

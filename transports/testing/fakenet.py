@@ -23,6 +23,11 @@ does), its other traffic then arriving as whole frames (``port_burst(frame=...)`
 A port may serve only some EVs (``evs``: one port per plane, each plane's NIC
 reaching the receiver through its own switch), so each plane queues on its own.
 
+Switch signals (topologies/signals.py) on a path's FIFO (``PathSpec.mark``, ``trim``) or a
+port's (``port(mark=, trim=)``): DATA entering above ``mark`` bytes of backlog gets
+FLAG_CE, and DATA with FLAG_TRIM_OK that does not fit goes on as its header alone
+(FLAG_TRIMMED), ahead of the queue (transports/testing/fakeport.py).
+
 ``run(until, stop)`` advances time: it calls each core's ``on_timer`` at its
 ``next_deadline``, delivers packets with ``on_packet``, sends what cores return
 and gathers completions in ``done[name]``. Every datagram is logged (``log``:
@@ -44,8 +49,8 @@ from dataclasses import dataclass, field, replace
 from typing import TypedDict, Unpack
 
 from transports.core.api import Completion, Core, Tx
-from transports.core.wire import HEADER_LEN, peek
-from transports.testing.fakeport import Port
+from transports.core.wire import DATA, FLAG_CE, FLAG_TRIMMED, HEADER_LEN, peek
+from transports.testing.fakeport import Port, marked, trimmable, trimmed
 
 INF = float("inf")
 
@@ -63,6 +68,8 @@ class PathSpec:
     rate: float | None = None  # bytes/s; None: no queue
     buffer: int = 1 << 20  # bytes the FIFO holds (with rate)
     hops: int = 1  # store-and-forward hops at rate (the FIFO is the first one's)
+    mark: int | None = None  # ECN: DATA entering the FIFO above this backlog (bytes): CE
+    trim: bool = False  # DATA with FLAG_TRIM_OK that does not fit is trimmed, sent ahead
 
     def __post_init__(self) -> None:
         for name in ("loss", "dup", "reorder"):
@@ -85,6 +92,8 @@ class PathChanges(TypedDict, total=False):
     reorder_delay: float
     rate: float | None
     buffer: int
+    mark: int | None
+    trim: bool
 
 
 @dataclass
@@ -181,17 +190,16 @@ class FakeNet:
 
     def port(self, a: str, b: str, rate: float, buffer: int = 1 << 20,
              delay: float = 0.0, evs: Sequence[int] | None = None,
-             frames: int | None = None) -> Port:
-        """Every datagram a -> b (on ``evs`` only, if given: one plane's) crosses one FIFO of
-        ``rate`` bytes/s holding ``buffer`` bytes, and at most ``frames`` datagrams if
-        given (then ``delay``), after its EV's path: the receiver's port."""
+             frames: int | None = None, mark: int | None = None, trim: bool = False) -> Port:
+        """The receiver's port: every datagram a -> b (on ``evs`` only: one plane's) crosses
+        a FIFO of ``rate`` bytes/s, ``buffer`` bytes, ``frames`` datagrams, then ``delay``."""
         if (a, b) not in self.paths:
             raise ValueError(f"no connection {a!r} -> {b!r}: connect them first")
         if not rate > 0 or buffer < 1 or delay < 0 or (frames is not None and frames < 1):
             raise ValueError(f"port rate={rate!r} must be > 0 bytes/s, buffer={buffer!r} "
                              f">= 1 byte, delay={delay!r} >= 0 s, frames={frames!r} None "
                              f"or >= 1")
-        p = Port(rate, buffer, delay, frames)
+        p = Port(rate, buffer, delay, frames, mark, trim)
         if evs is None:
             if (a, b) in self.ev_ports:
                 raise ValueError(f"{a!r} -> {b!r} has a port per plane already")
@@ -352,10 +360,21 @@ class FakeNet:
             if spec.rate:
                 fifo = d.first
                 start = max(now, fifo.busy_until)
-                if (start - now) * spec.rate + size > spec.buffer:
-                    rec.fate = "queue_drop"
-                    continue
-                t = fifo.busy_until = start + size / spec.rate
+                backlog = (start - now) * spec.rate
+                if backlog + size > spec.buffer:
+                    if not (spec.trim and trimmable(data)):
+                        rec.fate = "queue_drop"
+                        continue
+                    data = trimmed(data)  # the header goes on, ahead of the data
+                    size = rec.size = len(data)
+                    rec.flags |= FLAG_TRIMMED
+                    start = now
+                elif spec.mark is not None and backlog > spec.mark and data[1] == DATA:
+                    data = marked(data)
+                    rec.flags |= FLAG_CE
+                t = start + size / spec.rate
+                if not rec.flags & FLAG_TRIMMED:
+                    fifo.busy_until = t
                 later = d.later  # store and forward: each hop sends it whole, in order
                 for k in range(len(later)):
                     t = later[k] = max(t, later[k]) + size / spec.rate
@@ -421,7 +440,17 @@ class FakeNet:
             if kind == 2:  # at the receiver's port: queue (or drop), then deliver
                 port = self._port_of(rec.src, rec.dst, rec.ev)
                 assert port is not None
+                if port.mark is not None and port.backlog(t) > port.mark and data[1] == DATA:
+                    item = (rec, marked(data))
+                    rec.flags |= FLAG_CE
+                    port.marked += 1
                 leave = port.enqueue(rec.size, t)
+                if leave is None and port.trim and trimmable(item[1]):
+                    item = (rec, trimmed(item[1]))
+                    rec.flags |= FLAG_TRIMMED
+                    rec.size = HEADER_LEN
+                    port.trimmed += 1
+                    leave = t + HEADER_LEN / port.rate  # ahead of the data
                 if leave is None:
                     rec.fate = "port_drop"
                     port.dropped += 1

@@ -18,6 +18,12 @@ unless said, each in a module of its own:
 6. RTT and eta over the DCI (no RC: its per-plane QP addresses are not routed across
    DCs).
 
+Every transport runs on the switches of the form it is calibrated in (workloads/systems.py
+``calibrated``: MRC and DBLP on ECN + trimming ports as deployed; RC as the explorer's
+rc_lossy and TCP on plain FIFOs), set before each of its measurements; what the ports
+did (packets, marked, trimmed, dropped) is each transport's ``switches`` section. The DCI
+fabric's ports stay plain.
+
 The record (workloads/calibration/measured.py) is rewritten after every measurement
 (Ctrl-C keeps what was measured) and the fabrics always come down.
 """
@@ -83,6 +89,7 @@ class Calibration:
             cp: EcmpMode = "bgp" if "recovery" in p.measure else "static"
             with Fabric(self.spec, name=self.name, control_plane=cp,
                         progress=lambda m: self.say(f"  fabric: {m}")) as fab:
+                s.fab = fab  # each transport's phases run on its calibrated form's switches
                 probe_rtt(s, fab, self.spec, s.src, s.dst, dci=False)
                 if "eta" in p.measure:
                     measure_eta(s, fab, s.src, s.dst, dci=False)
@@ -92,6 +99,7 @@ class Calibration:
                     measure_tails(s, fab)
                 if "recovery" in p.measure:
                     measure_recovery(s, fab)
+            s.fab = None  # the DCI fabric's ports stay plain FIFOs
             if self.dci_spec is not None:
                 self._dci(self.dci_spec)
         finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from emu import safefs
 from topologies import MultiPlaneClos, ScaleAcross
@@ -36,6 +37,15 @@ class TransportSamples:
     bursts: list = field(default_factory=list)
     recovery: list = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # what its switch ports did over its measurements (emu/signals.py signal_record)
+    switches: dict[str, Any] = field(default_factory=dict)
+
+    def add_switches(self, rec: dict[str, Any]) -> None:
+        """Add one measurement's switch record (its signals, mechanism and totals)."""
+        sw = self.switches
+        sw["signals"], sw["mechanism"] = rec["signals"], rec["mechanism"]
+        for k in ("packets", "marked", "trimmed", "dropped", "ce_seen"):
+            sw[k] = sw.get(k, 0) + int(rec[k])
 
 
 class Measured:
@@ -66,7 +76,8 @@ class Measured:
                 burst_rounds=tuple(a.bursts), recovery=tuple(a.recovery),
                 dblp_tolerance=self.plan.dblp_tolerance if t == "dblp" else None,
                 steps=self.steps if t == "dblp" else (),
-                steps_reason=self.steps_reason if t == "dblp" else None, notes=tuple(a.notes))
+                steps_reason=self.steps_reason if t == "dblp" else None, notes=tuple(a.notes),
+                switches=dict(a.switches) or None)
         s = self.spec
         fabric = {"planes": s.planes, "spines": s.spines, "leaves": s.leaves,
                   "hosts_per_leaf": s.hosts_per_leaf, "rate_mbit": s.host_link.rate_mbit,

@@ -22,7 +22,8 @@ Record (``scaleacross-emu/calibration/2``; floats finite or null)::
      "transports": {"mrc" | "rc" | "tcp" | "dblp": {
         "regime": {...}, "eta": {...}, "eta_dci": {...} | null, "load_balance": [...],
         "tail_inflation": [...], "recovery": {"link_cut": {...}}, "dblp": {...} | null,
-        "excluded": ["<what>: <reason>", ...]}}}
+        "excluded": ["<what>: <reason>", ...],
+        "switches": {...}}}}    (optional: older records have none)
 
 Regime (:class:`Regime` holds the raw inputs):
 
@@ -364,9 +365,26 @@ def transport_record(name: str, m: TransportMeasurements, *, seed: int = 0,
               "burst_excess_buffers": _span([t["burst_excess_buffers"] for t in tails]),
               "cpu_cores_max": max(cores) if cores else None, "binding": r.binding,
               "rto_floor_s": r.rto_floor_s}
-    return {"regime": regime, "eta": eta, "eta_dci": eta_dci, "load_balance": load,
-            "tail_inflation": tails, "recovery": {"link_cut": recovery}, "dblp": dblp,
-            "excluded": excluded + list(m.notes)}
+    out = {"regime": regime, "eta": eta, "eta_dci": eta_dci, "load_balance": load,
+           "tail_inflation": tails, "recovery": {"link_cut": recovery}, "dblp": dblp,
+           "excluded": excluded + list(m.notes)}
+    if m.switches is not None:
+        out["switches"] = switches_record(m.switches)
+    return out
+
+
+def switches_record(sw: Mapping[str, Any]) -> dict:
+    """A transport's ``switches`` section: what its switch ports did over its
+    measurements (its production form's: workloads/systems.py) and the fractions of the
+    packets they carried that were marked and trimmed."""
+    n = int(sw.get("packets", 0))
+    counts = {k: int(sw.get(k, 0)) for k in ("packets", "marked", "trimmed", "dropped",
+                                             "ce_seen")}
+    return {"signals": str(sw.get("signals", "plain")),
+            "mechanism": str(sw.get("mechanism", "none")), **counts,
+            "marked_fraction": counts["marked"] / n if n else None,
+            "trimmed_fraction": counts["trimmed"] / n if n else None,
+            "dropped_fraction": counts["dropped"] / n if n else None}
 
 
 def calibration_record(*, fabric: Mapping[str, Any],

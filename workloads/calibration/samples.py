@@ -187,6 +187,9 @@ class TransportMeasurements:
     steps: tuple[StepsSample, ...] = ()
     steps_reason: str | None = None
     notes: tuple[str, ...] = ()
+    # its switch ports over all its measurements (packets, marked, trimmed, dropped,
+    # ce_seen, signals, mechanism); None: not recorded (a fabric without the ports' program)
+    switches: Mapping[str, Any] | None = None
 
 
 # -- training results: steps to target --------------------------------------------------

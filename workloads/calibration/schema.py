@@ -66,7 +66,13 @@ _TRANSPORT = {
                               "recovery_rtos": "float?"}},
     "dblp": ("null", {"tolerance": "float?", "delivered_fraction": _CI,
                       "steps_ratio": ("null", _CI), "steps_ratio_reason": "str?"}),
-    "excluded": ["str"]}
+    "excluded": ["str"],
+    # what the switch ports did over the transport's measurements (its calibrated form's
+    # switches, workloads/systems.py); a key ending in "?" may be absent (older records)
+    "switches?": {"signals": "str", "mechanism": "str", "packets": "int", "marked": "int",
+                  "trimmed": "int", "dropped": "int", "ce_seen": "int",
+                  "marked_fraction": "float?", "trimmed_fraction": "float?",
+                  "dropped_fraction": "float?"}}
 # Keys added to version 2 after its first records: a record written before them is still
 # a valid v2 record without them (readers treat them as absent).
 ADDED = frozenset({"qps_per_connection", "ecmp_flows", "ecmp_uplinks", "healthy_p50_rtts"})
@@ -94,13 +100,14 @@ def _check(v: Any, schema: Any, where: str) -> None:
     if isinstance(schema, dict):
         if not isinstance(v, dict):
             raise bad("an object")
-        missing = set(schema) - set(v) - ADDED
-        if set(v) - set(schema) or missing:
-            raise CalibrationError(f"{where}: unknown keys {sorted(set(v) - set(schema))}, "
+        keys = {k.removesuffix("?") for k in schema}
+        missing = {k for k in schema if not k.endswith("?")} - set(v) - ADDED
+        if set(v) - keys or missing:
+            raise CalibrationError(f"{where}: unknown keys {sorted(set(v) - keys)}, "
                                    f"missing keys {sorted(missing)}")
         for k, s in schema.items():
-            if k in v:
-                _check(v[k], s, f"{where}.{k}")
+            if k.removesuffix("?") in v:
+                _check(v[k.removesuffix("?")], s, f"{where}.{k.removesuffix('?')}")
         for mid, lo, hi in _INTERVALS:
             trio = [v.get(k) for k in (lo, mid, hi)]
             a, m, b = trio

@@ -13,11 +13,17 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from emu.errors import EmuError
+from emu.signals import signal_record
 from topologies import MultiPlaneClos
 from workloads.calibration.measured import Measured, TransportSamples
 from workloads.calibration.plan import Plan
+from workloads.systems import calibrated
+
+if TYPE_CHECKING:
+    from emu.fabric import Fabric
 
 
 class Session:
@@ -28,6 +34,7 @@ class Session:
     def __init__(self, plan: Plan, measured: Measured, spec: MultiPlaneClos,
                  say: Callable[[str], None]) -> None:
         self.plan, self.measured, self.spec, self.say = plan, measured, spec, say
+        self.fab: Fabric | None = None  # the fabric the phases run on (its switch ports)
         self.src, self.dst = spec.hosts[0].name, spec.hosts[spec.hosts_per_leaf].name
         self.t0 = time.monotonic()
 
@@ -52,9 +59,16 @@ class Session:
                 if not phase.startswith("rtt") and (a.dci_regime if "dci" in phase
                                                     else a.regime) is None:
                     continue  # its RTT probes all failed: noted there
+                fab = self.fab
+                if fab is not None:  # the switches of its calibrated form (ECN, trimming)
+                    sw = calibrated(t).signals
+                    fab.set_signals(sw)
+                    before = fab.signal_stats()
                 try:
                     each(rep, t)
                 except (EmuError, subprocess.SubprocessError) as e:
                     a.notes.append(f"{phase} rep {rep}: failed: {e}"[:300])
                     self.say(f"  {phase} {t} rep {rep}: FAILED: {e}")
+                if fab is not None:
+                    a.add_switches(signal_record(sw, before, fab.signal_stats()))
                 self.measured.write()

@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from emu.errors import EmuError
-from transports.plan import DEFAULT_CONFIG
 from transports.testing.harness import TransferResult
 from workloads.calibration.samples import CpuUse
+from workloads.systems import TCP_CONFIG, calibrated
 
-TCP_CONFIG = {"cc": "cubic"}  # Linux's default (this host's namespaces may default to BBR)
 # Shortest busy time CPU use is taken over: a driver's fixed start-up work (tens of ms for
 # DBLP) would otherwise read as a busy core on a millisecond transfer.
 CPU_WINDOW_S = 0.1
@@ -27,12 +26,15 @@ ECMP = ("rc", "tcp")  # transports whose paths ECMP hashes and the control plane
 
 def transport_config(transport: str, rc: Mapping[str, Any] | None = None,
                      **extra) -> dict | None:
-    """The harness configuration of ``transport`` (None: the harness's default; TCP's
-    ``extra`` settings, e.g. a source port, go with its congestion control; ``rc``:
-    settings of RC's core over its defaults, ``Plan.rc_config``)."""
-    if transport == "rc" and rc:
-        return {**DEFAULT_CONFIG["rc"], **rc}
-    return {**TCP_CONFIG, **extra} if transport == "tcp" else None
+    """The harness configuration of ``transport`` in the form a calibration measures
+    (workloads/systems.py ``calibrated``: MRC and DBLP as deployed; TCP's ``extra``
+    settings, e.g. a source port, go with its congestion control; ``rc``: settings of RC's
+    core over its form's, ``Plan.rc_config``); the switches it runs on are
+    ``calibrated(transport).signals``, which the calibration session sets per transport."""
+    if transport == "tcp":
+        return {**TCP_CONFIG, **extra}
+    cfg = calibrated(transport).plan_config()
+    return {**(cfg or {}), **rc} if transport == "rc" and rc else cfg
 
 
 def checked(res: TransferResult) -> TransferResult:

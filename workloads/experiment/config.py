@@ -19,6 +19,7 @@ from emu import timeline as tl
 from topologies import DciSpec, LinkSpec, MultiPlaneClos, ScaleAcross
 from topologies.addressing import MAX_SCALEACROSS_DCS
 from topologies.routing import ECMP_MODES, EcmpMode
+from topologies.signals import SwitchSignals
 from topologies.validate import InvalidValue, check_int
 from transports import registry
 from transports.core.knobs import check_knobs, documented, knob
@@ -108,6 +109,21 @@ class FabricConfig:
                                      doc="DCI one-way delay, ms (dcs > 1)")
     dci_loss: float = documented(field_default(DciSpec, "loss"),
                                  doc="DCI random loss fraction (dcs > 1)")
+    # what the switch ports mark, trim and buffer (topologies/signals.py); a variant may
+    # change them: each run applies its own to the one fabric
+    ecn: bool = documented(field_default(SwitchSignals, "ecn"),
+                           doc="switch ports mark ECN (CE) on a RED-like ramp of their queue")
+    ecn_kmin: float = documented(field_default(SwitchSignals, "ecn_kmin"),
+                                 doc="queued MTU frames where ECN marking starts")
+    ecn_kmax: float = documented(field_default(SwitchSignals, "ecn_kmax"),
+                                 doc="queued MTU frames where every packet is marked")
+    ecn_pmax: float = documented(field_default(SwitchSignals, "ecn_pmax"),
+                                 doc="marking probability at ecn_kmax, in (0, 1]")
+    trim: bool = documented(field_default(SwitchSignals, "trim"),
+                            doc="a full port trims MRC's packets to their header "
+                            "(forwarded ahead of data) instead of dropping them")
+    lossless: bool = documented(field_default(SwitchSignals, "lossless"),
+                                doc="PFC-like: FIFOs deep enough never to drop (needs ecn)")
 
     def __post_init__(self) -> None:
         # dcs first: the spec below builds that many DCs.
@@ -129,6 +145,16 @@ class FabricConfig:
                      "dci_loss"):  # a TOML integer is a number here
             object.__setattr__(self, name, float(getattr(self, name)))
         self.spec()  # MultiPlaneClos checks planes ... hosts_per_leaf, and the combinations
+        for name in ("ecn_kmin", "ecn_kmax", "ecn_pmax"):
+            if isinstance(getattr(self, name), int) and not isinstance(getattr(self, name),
+                                                                         bool):
+                object.__setattr__(self, name, float(getattr(self, name)))
+        self.signals()
+
+    def signals(self) -> SwitchSignals:
+        """What every switch port does under congestion (ECN, trimming, lossless)."""
+        return SwitchSignals(ecn=self.ecn, ecn_kmin=self.ecn_kmin, ecn_kmax=self.ecn_kmax,
+                             ecn_pmax=self.ecn_pmax, trim=self.trim, lossless=self.lossless)
 
     def host_link(self) -> LinkSpec:
         return LinkSpec(self.rate_mbit, self.queue_packets)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from emu.errors import EmuError
 from emu.fabric import Fabric
+from emu.signals import signal_record
 from emu.timeline import TimelineRunner
 from workloads.experiment import Experiment
 from workloads.progress import Progress
@@ -112,6 +113,9 @@ def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: RecordSink, la
         agg.resumed(step)
         return next_gate(step + 1)
 
+    signals = exp.fabric.signals()
+    fab.set_signals(signals)  # this variant's switch ports (ECN, trimming, lossless)
+    sig0 = fab.signal_stats()
     job = WorkerJob(fab, cfgs, on_record)
     gated = timeline is not None and timeline.gated
     try:
@@ -142,3 +146,5 @@ def run_on_fabric(fab: Fabric, exp: Experiment, rep: int, writer: RecordSink, la
         job.kill()
         if timeline is not None:
             timeline.stop()
+        writer.write("switch_signals", rep=rep, label=label,
+                     **signal_record(signals, sig0, fab.signal_stats()))

@@ -25,7 +25,9 @@ def _ctx(tmp_path: Path) -> ClaimContext:
 def _measured(fractions: dict[tuple[str, str], list[float]]) -> dict[str, Any]:
     rows = [{"rep": rep, "pattern": pat, "system": sys_, "ok": True, "fraction": f,
              "completion_s": round(1 / f, 3), "p50_completion_s": 0.9, "retx": 2,
-             "timeouts": 5, "silent_timeouts": 7, "failed": 0}
+             "timeouts": 5, "silent_timeouts": 7, "failed": 0, "switches": "ecn+trim",
+             "marked": 3, "trimmed": 1, "port_dropped": 0, "fifo_dropped": 0,
+             "nic_dropped": 0}
             for (pat, sys_), fs in fractions.items() for rep, f in enumerate(fs)]
     return {"rows": rows, "clos": CLOS, "ideal_mbit": 157.8, "ideal_s": 0.86,
             "time_scale": "5 Mbit/s links stand for 100 Gbit/s",
@@ -70,7 +72,8 @@ def test_spraying_weakest_pattern_decides_and_says_where_time_went(tmp_path: Pat
                    ("all_to_all", "rc"): [0.30, 0.25, 0.32]})
     r = sp._result(_spec(), _ctx(tmp_path), _params(["permutation", "all_to_all"]), m)
     assert r.verdict == "does not hold here"
-    assert r.reason.startswith("MRC's goodput over RC over ECMP's on the all_to_all is 0.87x")
+    assert r.reason.startswith("MRC's goodput over RC over ECMP, DCQCN on a lossless (PFC-like) "
+                               "ECN fabric's on the all_to_all is 0.87x")
     assert "On the all-to-all MRC's median flow ended at 0.90 s but its last at" in r.reason
     assert ("with 2 retransmissions, 5 retransmission timeouts and 7 silent timeouts"
             in r.reason)

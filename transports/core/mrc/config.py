@@ -47,6 +47,12 @@ class MrcConfig:
     window_pkts: int = knob(4096, lo=1)
     unposted_limit: int = knob(64 << 20, lo=0)  # bytes of messages received before posted
     use_crc: bool = knob(True)
+    # DATA carries FLAG_TRIM_OK: a switch whose buffer is full trims it to its header
+    # (answered by a NACK and resent at once) instead of dropping it
+    trim_ok: bool = knob(True)
+    # the NICs' shares of the packets: "congestion" (each plane's share follows its ECN
+    # marks and trims, mrc/pathsel.py NicShares) or "equal" (the NICs take turns)
+    nic_shares: str = knob("congestion", choices=("congestion", "equal"))
     nscc: NsccConfig = field(default_factory=NsccConfig)
 
     def __post_init__(self) -> None:

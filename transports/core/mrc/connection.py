@@ -93,7 +93,7 @@ from transports.core.mrc.config import MrcConfig
 from transports.core.mrc.evtable import EV_ASSUMED_BAD, EV_DENIED, EV_GOOD, EvTable
 from transports.core.mrc.flight import Flight, SentPacket
 from transports.core.mrc.lossdetect import LossDetector
-from transports.core.mrc.pathsel import NACK, make_selector
+from transports.core.mrc.pathsel import TRIM, make_selector
 from transports.core.mrc.sender import Sender
 from transports.core.mrc.spray import Spray
 from transports.core.mrc.timeouts import Timeouts
@@ -103,9 +103,11 @@ from transports.core.wire import (
     ACK,
     DATA,
     FLAG_ACK_REQ,
+    FLAG_ECE,
     FLAG_SACK,
     FLAG_STOP,
     FLAG_STOP_OK,
+    FLAG_TRIMMED,
     HEADER_LEN,
     PROBE,
     PROBE_ACK,
@@ -159,7 +161,8 @@ class MrcCore(MessageCore):
         self.policy: CorePolicy | None = None
         self.reasm = Reassembly(cfg.unposted_limit, self.stats, self._done)
         self.cc = Nscc(cfg.nscc, cfg.mtu_payload + HEADER_LEN)
-        sel = make_selector(cfg.selector, evs, self.rng, nics)
+        sel = make_selector(cfg.selector, evs, self.rng, nics,
+                            shares=cfg.nic_shares == "congestion")
         self.paths = EvTable(evs, cfg.ev_min_active, cfg.probe_min, cfg.probe_max,
                              self.stats, sel.set_active)
         self.spray = Spray(sel, self.paths, nics)
@@ -190,7 +193,9 @@ class MrcCore(MessageCore):
         out: list[Tx] = []
         kind = h.kind
         if kind == DATA:
-            if self.policy is not None:
+            if h.flags & FLAG_TRIMMED:  # a switch cut it: NACK at once, nothing to place
+                self.rcv.on_trimmed(h, now, out)
+            elif self.policy is not None:
                 self.policy.on_data(h, data, now, out)
             else:
                 self.rcv.on_data(h, data, now, out)
@@ -330,6 +335,10 @@ class MrcCore(MessageCore):
             return
         self.stats["rx_ack"] += 1
         ev, ts_echo = h.ev, h.ts_echo
+        ecn = bool(h.flags & FLAG_ECE)
+        if ecn:
+            self.stats["rx_ecn_echo"] += 1
+        self.spray.set_marked(ev, ecn)
         get = self.flight.get
         # the transmissions of retransmitted packets this ACK may name (core/spurious.py)
         psns = self.ledger.get(ts_echo, ev) if ts_echo else ()
@@ -357,7 +366,7 @@ class MrcCore(MessageCore):
                     loss.sample(ev, r)
             else:
                 self.stats["bad_ts_echo"] += 1
-        self.cc.on_ack(newly, rtt, now, ev)
+        self.cc.on_ack(newly, rtt, now, ev, ecn)
         if rtt is not None:
             loss.new_floor()
         tail = loss.tail_answered(ts_echo, now)
@@ -372,14 +381,22 @@ class MrcCore(MessageCore):
         self._pump(now, out)
 
     def _on_nack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
-        """A trimmed packet: retransmit it without blaming its path."""
+        """A trimmed packet (the receiver's NACK names its PSN and echoes the trimmed
+        transmission's ``ts``): resend it at once, wherever the selector says, without
+        blaming its path (its EV stays GOOD: a full queue is congestion, not a failure).
+        The selector and the NIC shares hear of it as congestion on that EV; NSCC quick-
+        adapts (transports/core/cc.py ``on_trim``)."""
         p = self.flight.get(h.psn)
         if p is None or p.lost or p.ev != h.ev:
             self.stats["nack_unknown"] += 1
             return
+        if h.ts_echo and h.ts_echo != p.ts:  # a NACK of an older transmission of it
+            self.stats["nack_stale"] += 1
+            return
         self.stats["rx_trim_nack"] += 1
-        self.flight.requeue(p, "rx_trim_nack")
-        self.spray.feedback(p.ev, NACK)
+        self.flight.requeue(p, "rx_trim_nack", avoid=False)
+        self.spray.feedback(p.ev, TRIM)
+        self.cc.on_trim(now)
         self._pump(now, out)
 
     # ---- per-EV probes (transports/core/mrc/evtable.py) -----------------------------------

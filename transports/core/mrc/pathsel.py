@@ -4,9 +4,11 @@ A selector chooses the EV of each data packet and learns from feedback:
 
     next_ev(psn) -> int          the EV for the packet with this PSN
     feedback(ev, kind)           GOOD (acked, low delay), DELAY (acked above the delay
-                                 target: our ECN-less congestion signal), NACK (a loss
-                                 detected from SACKs / a trim), TIMEOUT (an RTO)
+                                 target), ECN (acked, echoing a CE mark), NACK (a loss
+                                 detected from SACKs), TRIM (a trimmed packet's NACK),
+                                 TIMEOUT (an RTO)
     set_active(evs)              the EVs that may carry data (the core's GOOD ones)
+    congestion(ev, marked)       one ACK back on ``ev``, marked or not (NIC shares)
 
 The core owns per-EV liveness (GOOD / ASSUMED_BAD / DENIED); a selector only
 balances load among the EVs it was told are active, and must return one of them.
@@ -28,7 +30,9 @@ Policies:
   NACK +4, TIMEOUT +15) is skipped, its penalty dropping by one each time it is
   passed over: it moves load off a congested or lossy EV within a few packets
   (useful when paths differ, e.g. a degraded link that still delivers).
-- ``Reps``: recycles EVs that came back with good ACKs (a FIFO of good EVs);
+- ``Reps``: recycles EVs that came back with good ACKs (a FIFO of good EVs; an ACK
+  echoing a CE mark, above the delay target or a trim's NACK is not good: with marking
+  switches this is the ECN-steered choice);
   explores random EVs when that FIFO is empty; after a TIMEOUT it *freezes*
   (keeps cycling the cached good EVs without consuming them) for ``freeze_pkts``
   packets, then explores ``explore_pkts`` random EVs before recycling again.
@@ -41,7 +45,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Protocol
 
-GOOD, DELAY, NACK, TIMEOUT = 0, 1, 2, 3
+GOOD, DELAY, NACK, TIMEOUT, ECN, TRIM = 0, 1, 2, 3, 4, 5
 
 
 class PathSelector(Protocol):
@@ -50,6 +54,50 @@ class PathSelector(Protocol):
     def feedback(self, ev: int, kind: int) -> None: ...
 
     def set_active(self, evs: Sequence[int]) -> None: ...
+
+    def congestion(self, ev: int, marked: bool) -> None: ...
+
+
+class NicShares:
+    """Each NIC's (plane's) share of the packets, following the plane's congestion.
+
+    Every ACK is a signal for the plane of the EV it came back on: marked (it echoes a CE
+    mark, or it is a trimmed packet's NACK) or not. A mark shrinks the plane's weight by
+    ``gain``, an unmarked ACK grows it by ``gain * target``; the weights are kept
+    at most 1, rescaled so that the largest is 1 (a mark on every plane alike changes no
+    share), and above ``floor``. A plane marked more often
+    than ``target / (1 + target)`` of its ACKs loses share to the others until every
+    plane is marked alike: where a plane's fabric is the bottleneck (a cut that halves
+    its uplinks), the other planes take more; where the NICs themselves are (every plane
+    alike), the shares stay equal, as the NICs' turns were. A fabric that never marks
+    leaves every weight at 1.
+    """
+
+    __slots__ = ("w", "gain", "target", "floor")
+
+    def __init__(self, nics: int, gain: float = 1 / 16, target: float = 1 / 8,
+                 floor: float = 1 / 8) -> None:
+        self.w = [1.0] * nics
+        self.gain, self.target, self.floor = gain, target, floor
+
+    def __repr__(self) -> str:
+        return f"NicShares({[round(x, 3) for x in self.w]})"
+
+    def signal(self, nic: int, marked: bool) -> None:
+        w = self.w
+        if not marked:
+            x = w[nic]
+            if x < 1.0:
+                w[nic] = min(1.0, x * (1.0 + self.gain * self.target))
+            return
+        w[nic] *= 1.0 - self.gain
+        top = max(w)
+        if top < 1.0:  # every plane marked alike: the shares stay as they were
+            for i in range(len(w)):
+                w[i] /= top
+        floor = self.floor
+        if w[nic] < floor:
+            w[nic] = floor
 
 
 class _NicTurn:
@@ -72,9 +120,13 @@ class Oblivious:
     with more surviving EVs taking more than their NIC can carry."""
 
     def __init__(self, evs: int, rng: random.Random,
-                 nics: Sequence[int] | None = None) -> None:
+                 nics: Sequence[int] | None = None, shares: bool = False) -> None:
         self.rng = rng
         self.nics = list(nics) if nics is not None else None
+        # with ``shares``, the NICs' turns are weighted by their planes' congestion
+        self.shares = (NicShares(max(self.nics) + 1) if shares and self.nics is not None
+                       else None)
+        self.credit: list[float] = []  # smooth weighted round robin over the groups
         self.active: list[int] = []
         self.perm: list[int] = []
         self.pos = 0
@@ -94,13 +146,28 @@ class Oblivious:
             for ev in self.active:
                 by_nic.setdefault(self.nics[ev], []).append(ev)
             self.groups = [_NicTurn(members) for _, members in sorted(by_nic.items())]
+            self.group_nic = sorted(by_nic)
+            self.credit = [0.0] * len(self.groups)
             self.turn = 0
 
     def _next_in_perm(self) -> int:
         groups = self.groups
         if groups:
-            g = groups[self.turn % len(groups)]
-            self.turn += 1
+            shares = self.shares
+            if shares is None:
+                g = groups[self.turn % len(groups)]
+                self.turn += 1
+            else:  # smooth weighted round robin: each NIC by its plane's weight
+                credit, w, nic_of_group = self.credit, shares.w, self.group_nic
+                best, total = 0, 0.0
+                for i in range(len(credit)):
+                    wi = w[nic_of_group[i]]
+                    credit[i] += wi
+                    total += wi
+                    if credit[i] > credit[best]:
+                        best = i
+                credit[best] -= total
+                g = groups[best]
             if g.pos >= len(g.perm):
                 g.perm = g.members[:]
                 self.rng.shuffle(g.perm)
@@ -120,17 +187,23 @@ class Oblivious:
         return self._next_in_perm()
 
     def feedback(self, ev: int, kind: int) -> None:
-        pass
+        if kind == TRIM and self.shares is not None and self.nics is not None:
+            self.shares.signal(self.nics[ev], True)  # a trim: its plane's queue overflowed
+
+    def congestion(self, ev: int, marked: bool) -> None:
+        """An ACK came back on ``ev``, echoing a CE mark or not (the NIC shares' signal)."""
+        if self.shares is not None and self.nics is not None:
+            self.shares.signal(self.nics[ev], marked)
 
 
 class Bitmap(Oblivious):
     """Oblivious, skipping EVs with a penalty (htsim's bitmap load balancer)."""
 
-    PENALTY = {GOOD: 0, DELAY: 1, NACK: 4, TIMEOUT: 15}
+    PENALTY = {GOOD: 0, DELAY: 1, NACK: 4, TIMEOUT: 15, ECN: 1, TRIM: 4}
 
     def __init__(self, evs: int, rng: random.Random, nics: Sequence[int] | None = None,
-                 max_penalty: int = 15) -> None:
-        super().__init__(evs, rng, nics)
+                 shares: bool = False, max_penalty: int = 15) -> None:
+        super().__init__(evs, rng, nics, shares)
         self.penalty = [0] * evs
         self.max_penalty = max_penalty
 
@@ -148,6 +221,7 @@ class Bitmap(Oblivious):
         return best  # every active EV is penalised: the least penalised one
 
     def feedback(self, ev: int, kind: int) -> None:
+        super().feedback(ev, kind)
         if 0 <= ev < len(self.penalty):
             add = self.PENALTY.get(kind, 0)
             if add:
@@ -205,8 +279,11 @@ class Reps:
                 self.cache.remove(ev)
             if not self.frozen:
                 self.frozen = self.freeze_pkts
-        elif ev in self.cache:
+        elif ev in self.cache:  # DELAY, NACK, ECN: not recycled
             self.cache.remove(ev)
+
+    def congestion(self, ev: int, marked: bool) -> None:
+        pass
 
 
 SELECTORS: dict[str, type[Oblivious] | type[Reps]] = {
@@ -214,13 +291,14 @@ SELECTORS: dict[str, type[Oblivious] | type[Reps]] = {
 
 
 def make_selector(name: str, evs: int, rng: random.Random,
-                  nics: Sequence[int] | None = None) -> PathSelector:
+                  nics: Sequence[int] | None = None, shares: bool = False) -> PathSelector:
     """Selector ``name`` over ``evs`` EVs; ``nics``: each EV's NIC, for the selectors that
-    balance NICs (oblivious, bitmap)."""
+    balance NICs (oblivious, bitmap); ``shares``: their NICs' shares follow each plane's
+    congestion (``NicShares``) instead of equal turns."""
     try:
         cls = SELECTORS[name]
     except KeyError:
         raise ValueError(f"selector={name!r}: one of {sorted(SELECTORS)}") from None
     if issubclass(cls, Oblivious):  # (and Bitmap): they balance NICs
-        return cls(evs, rng, nics)
+        return cls(evs, rng, nics, shares)
     return Reps(evs, rng)

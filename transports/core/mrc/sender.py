@@ -74,6 +74,8 @@ class SenderConfig(Protocol):
     def window_pkts(self) -> int: ...
     @property
     def use_crc(self) -> bool: ...
+    @property
+    def trim_ok(self) -> bool: ...
 
 
 class Sender:
@@ -204,6 +206,7 @@ class Sender:
             self.stats["tx_retx"] += 1
         cfg = self.cfg
         mtu, window, use_crc = cfg.mtu_payload, cfg.window_pkts, cfg.use_crc
+        trim_ok = wire.FLAG_TRIM_OK if cfg.trim_ok else 0
         sendq = self.sendq
         while sendq and self.snd_nxt - self.snd_una < window:
             om = sendq[0]
@@ -215,10 +218,10 @@ class Sender:
                 break
             om.next_off = off + length
             om.nsent += 1
-            flags = 0
+            flags = trim_ok
             if om.nsent >= om.npkts:  # the first pass is over (by offset: next_off >= nbytes)
                 sendq.popleft()
-                flags = FLAG_LAST
+                flags |= FLAG_LAST
             crc = wire.crc32(om.data[off:off + length]) if use_crc and length else 0
             p = SentPacket(self.snd_nxt, om, off, length, flags, crc)
             flight.add(p)

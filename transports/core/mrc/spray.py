@@ -22,7 +22,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 
 from transports.core.mrc.evtable import EvTable
-from transports.core.mrc.pathsel import DELAY, GOOD, PathSelector
+from transports.core.mrc.pathsel import DELAY, ECN, GOOD, PathSelector
 
 
 class Spray:
@@ -35,6 +35,7 @@ class Spray:
         self.nic_of = list(nic_of) if nic_of is not None else None
         self.silent_ev = -1  # the EV the last silent retransmission or probe went on
         self.congested = [False] * paths.evs  # the selector's delay signal per EV
+        self.marked = [False] * paths.evs  # ... and its ECN signal (the last ACK's echo)
 
     def __repr__(self) -> str:
         return f"Spray(sel={self.sel!r}, nic_of={self.nic_of}, silent_ev={self.silent_ev})"
@@ -93,8 +94,16 @@ class Spray:
         self.sel.feedback(ev, kind)
 
     def acked(self, ev: int) -> None:
-        """A packet last sent on ``ev`` was acknowledged: GOOD, or DELAY if congested."""
-        self.sel.feedback(ev, DELAY if self.congested[ev] else GOOD)
+        """A packet last sent on ``ev`` was acknowledged: GOOD, or ECN if marked, or DELAY
+        if congested."""
+        self.sel.feedback(ev, ECN if self.marked[ev] else DELAY if self.congested[ev]
+                          else GOOD)
+
+    def set_marked(self, ev: int, marked: bool) -> None:
+        """An ACK came back on ``ev`` echoing a CE mark (or not): the selector's ECN
+        signal, and its plane's (the NIC shares')."""
+        self.marked[ev] = marked
+        self.sel.congestion(ev, marked)
 
     def set_congested(self, ev: int, congested: bool) -> None:
         """Whether ``ev``'s latest RTT reads as queued (the selector's delay signal)."""
