@@ -79,9 +79,8 @@ class Driver:
         self.hosts: list[HostRun] = []
         for plan in plans:
             path = (netns or {}).get(plan["host"])
-            socks = _sockets_in(path) if path else HostSockets()
-            run = HostRun(plan, socks)
-            self.loop.add(socks, run.conns, run.completed)
+            run = _host_in(path, plan) if path else HostRun(plan, HostSockets())
+            self.loop.add(run.socks, run.conns, run.completed)
             self.hosts.append(run)
         self.deadline_s = max(p.get("deadline_s", 60.0) for p in plans)
 
@@ -148,12 +147,13 @@ class Driver:
                 "hosts": results}
 
 
-def _sockets_in(path: str) -> HostSockets:
-    """A host's sockets, made inside the namespace at ``path`` (they stay bound to it)."""
+def _host_in(path: str, plan: dict) -> HostRun:
+    """A host's plan with its sockets made inside the namespace at ``path`` (each socket
+    stays bound to the namespace it was made in)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         with entered(fd):
-            return HostSockets()
+            return HostRun(plan, HostSockets())
     finally:
         os.close(fd)
 
