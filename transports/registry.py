@@ -149,11 +149,13 @@ REGISTRY: tuple[Transport, ...] = (
     # window overflowing shallow switch buffers would only measure go-back-N storms.
     Transport(
         "rc", "RoCEv2 reliable connection: one QP per plane, one 5-tuple each (ECMP picks "
-        "its path), go-back-N", RcConfig, RcConfig(aimd=True, rto_max=2.0, **_BATCHED_ACKS), _rc,
+        "its path), go-back-N", RcConfig,
+        RcConfig(aimd=True, rto_max=2.0, **_BATCHED_ACKS), _rc,
         Capabilities(per_plane=True, cross_dc=False)),
     Transport(
         "dblp", "MRC with per-message loss bounds: a round completes at (1 - tolerance) of "
-        "its chunks or at its deadline", DblpCoreConfig, DblpCoreConfig(rto_max=2.0, **_BATCHED_ACKS), _dblp,
+        "its chunks or at its deadline", DblpCoreConfig,
+        DblpCoreConfig(rto_max=2.0, **_BATCHED_ACKS), _dblp,
         Capabilities(bounded=True, multipath=True, needs_srv6=True)),
     Transport(
         "tcp", "the kernel's TCP, one connection per host pair (ECMP hashes it once)",
