@@ -6,13 +6,14 @@ each datagram carries its arrival time."""
 import dataclasses
 
 import pytest
-from corepair import messages
 
 from transports.core.mrc import MrcConfig, MrcCore
 from transports.core.rc import RcConfig, RcCore
 from transports.core.wire import ACK, DATA
 from transports.io.tick import Coalescing
 from transports.testing.fakenet import FakeNet, PathSpec, exchange
+
+from corepair import messages
 
 TICK = 1e-3
 WAKEUP = {"ack_wakeup": True, "ack_every": 16}
