@@ -11,9 +11,15 @@
    link carrying the transport's plane-0 traffic is cut at 40 % of it; goodput
    timeline, and the time lost: completion time with the cut minus without.
 4. CPU (commands/bench/cpu.py): microseconds of driver CPU per data packet
-   (user and system), the packet rate one core would sustain, each driver's share
-   of a core, next to the kernel's own cost of the same datagram on the same path
-   (a bare paced ``sendto`` / ``recv_into`` pair) and a bare ``sendto`` to loopback.
+   (user and system), the packet rate one core would sustain, each driver process's
+   share of a core, the ACKs per data packet, next to the kernel's own cost of the same
+   datagram on the same path (a bare paced ``sendto`` / ``recv_into`` pair) and a bare
+   ``sendto`` to loopback.
+5. Scale: the permutation at the target rate on fabrics of 1, 2, ... hosts per rack:
+   the most hosts at which MRC still reaches ``PERM_TARGET`` of ideal on this machine.
+
+The userspace transports' hosts are served by one engine process per core of the
+machine (transports/io/driver.py), waking at most once per tick (transports/io/tick.py).
 
 The permutation's link rate is scaled so that its 16 Python drivers fit on 2
 shared cores (see BENCHMARKS.md); figures are ratios measured in one run.
@@ -95,7 +101,7 @@ def single(fab: Fabric, size: int, say: Callable[[str], None], reps: int = 3) ->
                   "sender_share": summary([c["share"].get(src) for c in cpus]),
                   "receiver_share": summary([c["share"].get(dst) for c in cpus])}
         for k in ("us_per_packet", "user_us", "sys_us", "packets_per_core_s",
-                  "wakeups_per_packet"):
+                  "wakeups_per_packet", "acks_per_packet"):
             if any(k in c for c in cpus):
                 out[t][k] = summary([c.get(k) for c in cpus])
     return out
@@ -202,6 +208,34 @@ def permutation_target(fab: Fabric, size: int, say: Callable[[str], None],
                      if mrc["machine_us_per_packet"]["median"] is not None else None}
     out["mrc_target_met"] = bool(mrc["fraction"]["median"] >= PERM_TARGET
                                  and mrc["max_driver_share"]["max"] <= DRIVER_SHARE_MAX)
+    return out
+
+
+def scale(say: Callable[[str], None], size: int, rate: float = RATE_PERM_TARGET,
+          most_per_leaf: int = 8, reps: int = 2, transport: str = "mrc") -> dict:
+    """The permutation at ``rate`` on fabrics of 1, 2, ... ``most_per_leaf`` hosts per rack
+    (4 racks): the fraction of ideal per size, median [min-max] over ``reps``, up to the
+    first size whose median falls below ``PERM_TARGET`` (after one that reached it); the
+    most hosts that reached it (``most_hosts``, 0: none did)."""
+    out: dict[str, Any] = {"rate_mbit": rate, "target": PERM_TARGET, "transport": transport,
+                           "bytes_each": size, "reps": reps, "sizes": {}, "most_hosts": 0}
+    for k in range(1, most_per_leaf + 1):
+        spec = bench_spec(rate, hosts_per_leaf=k)
+        with Fabric(spec, name="benchsc", progress=lambda m: say(f"    fabric: {m}")) as fab:
+            transfers, ideal = _permutation(spec, size)
+            rows = [_permutation_run(fab, transport, transfers, ideal) for _ in range(reps)]
+        hosts = len(spec.hosts)
+        frac = summary([r["fraction"] for r in rows])
+        out["sizes"][hosts] = {"fraction": frac,
+                               "machine_busy": summary([r["machine_cpu"]["busy"] for r in rows]),
+                               "max_driver_share": summary([r["max_driver_share"]
+                                                            for r in rows])}
+        say(f"  scale: {hosts} hosts, {transport} {frac['median']:.2f} "
+            f"[{frac['min']:.2f}-{frac['max']:.2f}] of ideal")
+        if frac["median"] >= PERM_TARGET:
+            out["most_hosts"] = hosts
+        elif out["most_hosts"]:
+            break
     return out
 
 
@@ -353,6 +387,9 @@ def bench_transport(say: Callable[[str], None] = print, quick: bool = False,
             f"{PERM_TARGET:.2f} of ideal this machine has {b['machine_us_per_packet_at_target']}"
             f" us of CPU per datagram; the kernel alone takes {b['kernel_us']}, leaving "
             f"{b['left_for_transport_us']}; MRC's drivers took {b['mrc_transport_us']}")
+    say(f"scale: the most hosts at {PERM_TARGET:.2f} of ideal ({RATE_PERM_TARGET:g} Mbit/s)")
+    out["scale"] = scale(say, (3 if quick else 8) << 20, most_per_leaf=4 if quick else 8)
+    say(f"  scale: {out['scale']['most_hosts']} hosts")
     say("failure ride-through (BFD + BGP)")
     out["ride_through"] = ride_through((8 if quick else 24) << 20, 50.0, say,
                                        reps=2 if quick else 3)
