@@ -52,10 +52,9 @@ TRANSPORTS = registry.names(lambda t: t.caps.transfers and t.caps.reliable)
 RATE_SINGLE = 1000.0
 RATE_PERM = 5.0
 # The fast data path's target: the permutation at 10x RATE_PERM, MRC at >= 0.90 of ideal
-# with no driver above 70 % of a core.
+# (issue 34; one engine process per core serves the hosts, each may use its core whole).
 RATE_PERM_TARGET = 50.0
 PERM_TARGET = 0.90
-DRIVER_SHARE_MAX = 0.70
 PAYLOAD = 8000
 WIRE_OVERHEAD = 14 + 40 + 8 + HEADER_LEN  # Ethernet, IPv6, UDP, our header (SRH aside)
 
@@ -87,7 +86,7 @@ def single(fab: Fabric, size: int, say: Callable[[str], None], reps: int = 3) ->
     for rep in range(reps):
         for t in TRANSPORTS:
             r = run_transfers(fab, t, [Transfer(src, dst, size)], deadline_s=120)
-            row = {**_row(r, bound), "cpu": driver_cpu(r)}
+            row = {**_row(r, bound), "cpu": driver_cpu(r), "process": _process_of(r)}
             runs[t].append(row)
             cpu = row["cpu"].get("us_per_packet")
             say(f"  single {t} rep {rep}: {row['goodput_mbit']:.1f} Mbit/s = "
@@ -98,13 +97,21 @@ def single(fab: Fabric, size: int, say: Callable[[str], None], reps: int = 3) ->
         out[t] = {"runs": rows,
                   "fraction": summary([x["fraction"] for x in rows]),
                   "goodput_mbit": summary([x["goodput_mbit"] for x in rows]),
-                  "sender_share": summary([c["share"].get(src) for c in cpus]),
-                  "receiver_share": summary([c["share"].get(dst) for c in cpus])}
+                  "sender_share": summary([x["cpu"]["share"].get(x["process"].get(src))
+                                           for x in rows]),
+                  "receiver_share": summary([x["cpu"]["share"].get(x["process"].get(dst))
+                                             for x in rows])}
         for k in ("us_per_packet", "user_us", "sys_us", "packets_per_core_s",
                   "wakeups_per_packet", "acks_per_packet"):
             if any(k in c for c in cpus):
                 out[t][k] = summary([c.get(k) for c in cpus])
     return out
+
+
+def _process_of(r: TransferResult) -> dict[str, str]:
+    """The process each host ran in, as ``driver_cpu``'s shares name it (an engine, or
+    the host's own process)."""
+    return {h: f"engine {d['engine']}" if "engine" in d else h for h, d in r.drivers.items()}
 
 
 # MRC's path selectors compared on the permutation (oblivious is MRC's default).
@@ -162,9 +169,9 @@ def permutation(fab: Fabric, size: int, say: Callable[[str], None]) -> dict:
 def permutation_target(fab: Fabric, size: int, say: Callable[[str], None],
                        reps: int = 3) -> dict:
     """The permutation at the fast data path's target rate, ``reps`` times interleaved
-    (MRC, RC, TCP, MRC, ...): the fraction of ideal and the busiest driver's share of a
-    core as median [min-max], and whether MRC met its target (>= ``PERM_TARGET`` of ideal
-    with no driver above ``DRIVER_SHARE_MAX`` of a core)."""
+    (MRC, RC, TCP, MRC, ...): the fraction of ideal and the busiest driver process's share
+    of a core as median [min-max], and whether MRC met its target (>= ``PERM_TARGET`` of
+    ideal)."""
     spec = fab.spec
     assert isinstance(spec, MultiPlaneClos)  # the bench's fabric (bench_spec)
     transfers, ideal = _permutation(spec, size)
@@ -206,8 +213,7 @@ def permutation_target(fab: Fabric, size: int, say: Callable[[str], None],
                      "kernel_us": floor, "left_for_transport_us": round(budget - floor, 1),
                      "mrc_transport_us": round(mrc["machine_us_per_packet"]["median"] - floor, 1)
                      if mrc["machine_us_per_packet"]["median"] is not None else None}
-    out["mrc_target_met"] = bool(mrc["fraction"]["median"] >= PERM_TARGET
-                                 and mrc["max_driver_share"]["max"] <= DRIVER_SHARE_MAX)
+    out["mrc_target_met"] = bool(mrc["fraction"]["median"] >= PERM_TARGET)
     return out
 
 
