@@ -170,7 +170,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         out = _out_dir(args, "paths", "emu demo --paths")
         res = run_demo(out, seconds=args.seconds, say=_progress)
         return 0 if all(c["ok"] for c in res["path_checks"]) else 1
-    from workloads.demo import run_training_demo
+    from workloads.training.demo import run_training_demo
 
     out = _out_dir(args, "demo", "emu demo")
     run_training_demo(out, say=_progress, steps=args.steps)
@@ -181,8 +181,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from workloads import experiment
-    from workloads.runner import run_experiment
+    from workloads.training.runner import run_experiment
 
+    if args.keys:
+        from workloads.experiment.reference import describe_keys
+
+        print(describe_keys())
+        return 0
+    if not args.file:
+        raise EmuError("emu run needs an experiment file (or --keys to list its keys)")
     exp = experiment.load(args.file)
     if args.set:
         exp = experiment.with_overrides(exp, dict(experiment.parse_override(a) for a in args.set))
@@ -269,7 +276,7 @@ def _run_bench(args: argparse.Namespace) -> dict:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from emu import safefs
     from emu.errors import require_root
-    from workloads.calibrate import calibrate
+    from workloads.calibration.calibrate import calibrate
 
     names = tuple(t.strip() for t in args.transports.split(",") if t.strip())
     require_root("emu calibrate")
@@ -365,7 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "without running it, any other runs as root when the run starts, "
                        "before the fabric is built, with everything root can do. Name only "
                        "scripts you trust.")
-    r.add_argument("file", help="experiment file, e.g. experiments/training/demo_digits.toml")
+    r.add_argument("file", nargs="?",
+                   help="experiment file, e.g. experiments/training/demo_digits.toml")
+    r.add_argument("--keys", action="store_true",
+                   help="print every experiment-file key: default, values, meaning")
     r.add_argument("--out", help="results directory (default results/NAME-TIMESTAMP)")
     _force_arg(r)
     r.add_argument("--set", action="append", metavar="KEY=VALUE",

@@ -10,17 +10,16 @@ on a topology is ``Timeline.validate``'s part.
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeGuard
 
-from emu import safefs
 from emu.errors import EmuError
 from emu.failure_kinds.base import Failure
 from emu.failure_kinds.registry import VOCABULARY
 from emu.timeline_events import Event, Restore, Timeline, step_range_rule
 from emu.timeline_script import read_script
+from emu.tomlfile import read_toml
 
 
 def type_name(value: object) -> str:
@@ -170,10 +169,7 @@ def load(path: str | Path, run_scripts: bool = True) -> Timeline:
     if not p.is_file():
         raise EmuError(f"timeline file {str(p)!r} does not exist")
     if p.suffix == ".toml":
-        try:
-            data = tomllib.loads(safefs.read_input(p, "timeline"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise EmuError(f"{p}: not valid TOML: {e}") from None
+        data = read_toml(p, "timeline")
         unknown = set(data) - {"event"}
         if unknown:
             raise EmuError(f"{p}: unknown top-level keys {sorted(unknown)}; only [[event]]")

@@ -1,9 +1,10 @@
 """Full-scale projection and search: what the emulator's measurements mean for training
 across data centres with hundreds of thousands of GPUs.
 
-An analytic cost model (explorer/model.py, and its vectorised twin explorer/vecmodel.py)
-whose network terms come from the emulator's dimensionless calibration
-(explorer/calibration.py), an exhaustive vectorised search over placement x schedule x
+An analytic cost model (explorer/model.py: each formula once, on numpy columns of any
+shape, one point or a whole space) whose network terms come from the emulator's
+dimensionless calibration (explorer/calibration.py) through stated transfer laws
+(explorer/laws.py), an exhaustive vectorised search over placement x schedule x
 network technology (explorer/search.py) with baselines and ablations
 (explorer/baselines.py), and validation against the emulator (explorer/predict.py) and
 against published measurements (explorer/validate.py). Needs neither root nor torch.

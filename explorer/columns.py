@@ -1,6 +1,6 @@
 """A space's points as columns: one float64 array (or a scalar) per spec field.
 
-The vectorised model (explorer/vecmodel.py) reads configurations this way: field
+The cost model (explorer/model.py) reads configurations this way: field
 ``section.name`` is ``cols["section.name"]``; a choice is its index in the field's
 choices (spec.PIPELINES, ...), a boolean 0.0 / 1.0, an unset optional field NaN, and the
 DCs' sizes are ``cols["cluster.n0"] ... cols["cluster.n{D-1}"]`` (0 for DCs not used).
@@ -8,7 +8,9 @@ A field that is the same at every point is a Python float, broadcast by numpy.
 
 ``Encoder(space).columns(axis_indices)`` turns, for a chunk of points, each axis' index
 arrays into those columns, resolving presets per point (a preset axis decides every
-field of its section that the file does not give).
+field of its section that the file does not give). The index arrays may have any shapes
+that broadcast: the search gives each axis a dimension of its own, so that every column
+keeps only the dimensions of the axes it depends on.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ __all__ = ["Encoder", "config_columns", "encode"]
 
 def encode(key: str, value: Any) -> float:
     """A field's value as a float (see the module docstring)."""
-    section, _, name = key.partition(".")
-    check = field_check(section_fields(section)[name])
+    check = _CHECKS.get(key)
+    if check is None:
+        section, _, name = key.partition(".")
+        check = _CHECKS[key] = field_check(section_fields(section)[name])
     if value is None:
         return float("nan")
     if check.kind == "choice":
@@ -48,6 +52,8 @@ def _numeric_fields() -> list[str]:
 
 
 NUMERIC_FIELDS = _numeric_fields()
+_CHECKS: dict[str, Any] = {}  # key -> its Check (encode's lookups, filled on first use)
+_SPLIT = {k: tuple(k.split(".", 1)) for k in NUMERIC_FIELDS}
 
 
 def _default(key: str) -> Any:
@@ -128,15 +134,19 @@ class Encoder:
         cols["cluster.max_dcs"] = self.max_dcs
 
 
-def config_columns(configs: Sequence[Config]) -> dict[str, Any]:
-    """Columns of explicit configurations (for tests and re-scoring chosen points)."""
+def config_columns(configs: Sequence[Config], scalar: bool = False) -> dict[str, Any]:
+    """Columns of explicit configurations (one array entry each; ``scalar``: the one
+    configuration's values as plain floats)."""
     cols: dict[str, Any] = {}
-    flat = [c.flat() for c in configs]
+    flat = [{k: getattr(getattr(c, s), n) for k, (s, n) in _SPLIT.items()} for c in configs]
+    if scalar and len(configs) != 1:
+        raise ValueError(f"scalar=True needs exactly one configuration, got {len(configs)}")
     for key in NUMERIC_FIELDS:
-        cols[key] = np.array([encode(key, f[key]) for f in flat])
+        vals = [encode(key, f[key]) for f in flat]
+        cols[key] = vals[0] if scalar else np.array(vals)
     max_dcs = max(c.cluster.dcs for c in configs)
     for i in range(max_dcs):
-        cols[f"cluster.n{i}"] = np.array(
-            [float(c.cluster.gpus[i]) if i < c.cluster.dcs else 0.0 for c in configs])
+        vals = [float(c.cluster.gpus[i]) if i < c.cluster.dcs else 0.0 for c in configs]
+        cols[f"cluster.n{i}"] = vals[0] if scalar else np.array(vals)
     cols["cluster.max_dcs"] = max_dcs
     return cols

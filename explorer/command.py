@@ -2,6 +2,7 @@
 
     emu explore FILE.toml [--out DIR] [--set K=V ...] [--calibration PATH ...] [--top K]
                           [--json] [--quick] [--no-points]
+    emu explore FILE.toml --explain [--set K=V ...]   # one point's calibrated inputs
     emu explore --predict EXPERIMENT.toml [--calibration PATH ...] [--json]
     emu explore --validate TABLE.toml [TABLE.toml ...] [--fit LABEL] [--json]
     emu explore --keys
@@ -47,6 +48,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fit", metavar="LABEL", help="--validate: the row to fit the "
                    "efficiency on (default: the row marked fit = true)")
     p.add_argument("--keys", action="store_true", help="print every explore-file key")
+    p.add_argument("--explain", action="store_true",
+                   help="for one point of FILE (every axis at its first value; --set picks "
+                   "another), print each calibrated input: what was measured and in which "
+                   "regime, the transfer law, the full-scale value, and whether it "
+                   "extrapolates; searches nothing")
 
 
 def _say(msg: str) -> None:
@@ -68,7 +74,31 @@ def run(args: argparse.Namespace) -> int:
         from explorer.spec import SpecError
 
         raise SpecError("emu explore: give an explore FILE, or --predict, --validate, --keys")
+    if args.explain:
+        return _explain(args)
     return _explore(args)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from explorer.calibration import load_calibration
+    from explorer.explain import explain, render
+    from explorer.model import evaluate
+    from explorer.specfile import load
+
+    space = load(args.file, args.set)
+    cfg = space.config()
+    cal = load_calibration(args.calibration or list(space.calibration))
+    b = evaluate(cfg, cal)
+    rows = explain(cfg, cal)
+    shown = {k: v for k, v in cfg.flat().items()
+             if k.startswith(("placement.", "schedule.", "network.t", "network.q"))}
+    print(f"point: {shown}")
+    print(f"step {b.step_s:.3f} s, time to train {b.time_to_train_s / 86400:.1f} days"
+          if b.feasible else f"infeasible: {b.reason}")
+    print(render(rows))
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows], indent=1))
+    return 0
 
 
 def _quick(space: Any) -> Any:
@@ -139,6 +169,7 @@ def _fmt(x: float | None, unit: str = "", scale: float = 1.0, digits: int = 2) -
 
 
 def _report(ex: Any, summary: dict, top: int) -> None:
+    from explorer.baselines import SOTA_NAME
     from explorer.report import top_table
 
     c, t = summary["counts"], summary["timings"]
@@ -150,9 +181,10 @@ def _report(ex: Any, summary: dict, top: int) -> None:
          + (f", points file {t['write_points_s']:.1f} s" if "write_points_s" in t else ""))
     print(top_table(ex, top))
     sp = summary["speedups"]
-    print(f"speed-up of the best configuration over production: max "
+    print(f"speed-up of the best configuration over production (Llama 3's recipe): max "
           f"{_fmt(sp['production']['max'], 'x')}, median {_fmt(sp['production']['median'], 'x')}"
-          f"; over the state-of-the-art heuristic: max {_fmt(sp['sota']['max'], 'x')}, median "
+          f"; over the state of the art ({SOTA_NAME}): max {_fmt(sp['sota']['max'], 'x')}, "
+          f"median "
           f"{_fmt(sp['sota']['median'], 'x')} ({sp['production']['scenarios']} scenarios)")
     abl = ", ".join(f"{k.split('_', 1)[1]} {_fmt(v['median'], 'x')}"
                     for k, v in sp.items() if k.startswith("ablation_"))
@@ -181,15 +213,26 @@ def _validate(args: argparse.Namespace) -> int:
     for s in result:
         print(f"{s.table.name} ({s.table.metric}; gemm_efficiency "
               f"{_fmt(s.efficiency, '', 1, 3)}, fitted on {s.fit_row or 'no row'})")
-        for label, meas, pred, err, scored in s.rows:
-            print(f"  {label:<14} measured {meas:9.3f}  predicted {pred:9.3f}  "
-                  f"error {err * 100:+6.1f} %{'' if scored else '  (fit row)'}")
+        for r in s.rows:
+            print(f"  {r.label:<44} measured {r.measured:9.3f}  predicted {r.predicted:9.3f}"
+                  f"  error {r.error * 100:+6.1f} %  network {r.network_share * 100:4.0f} %"
+                  f"{'' if r.scored else '  (fit row)'}"
+                  f"{'  (memory refused: time with HBM lifted)' if r.memory_refused else ''}")
         print(f"  mean |error| {s.mean_abs_error * 100:.1f} %, max {s.max_abs_error * 100:.1f} %,"
               f" Spearman rank correlation of per-GPU throughput {s.spearman:.3f}")
+    from explorer.validate_groups import group_scores
+
+    groups = group_scores(result)
+    for g in groups.values():
+        print(f"{g.name} rows ({len(g.rows)}): mean |error| {g.mean_abs_error * 100:.1f} %, "
+              f"max {g.max_abs_error * 100:.1f} %, Spearman {g.spearman:.3f}; targets met: "
+              + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in g.met.items()))
     if args.json:
         from explorer.report import finite
 
-        print(json.dumps(finite([s.as_dict() for s in result]), indent=1, allow_nan=False))
+        print(json.dumps(finite({"tables": [s.as_dict() for s in result],
+                                 "groups": [g.as_dict() for g in groups.values()]}),
+                         indent=1, allow_nan=False))
     return 0
 
 

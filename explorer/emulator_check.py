@@ -54,7 +54,7 @@ class Run:
         return [r for r in self.records if r.get("type") == "job_step"]
 
     def windows(self) -> list[Any]:
-        from workloads.metrics import failure_windows
+        from workloads.training.metrics import failure_windows
 
         return failure_windows([r for r in self.records if r.get("type") == "event"])
 

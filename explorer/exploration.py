@@ -162,13 +162,18 @@ def explore(space: Space, calibration: Calibration | Sequence[str] | None = None
         bases: dict[str, Baseline] = {}
         abl: dict[str, Baseline] = {}
         if baselines and "rc" not in cal.transports:
-            # Every baseline runs RC over ECMP: without its calibration there are none.
-            notes.append("baselines skipped: the calibration has no RC (every baseline "
-                         "runs RC over ECMP)")
+            # Both baselines run production RoCE RC: without its calibration there are none.
+            notes.append("baselines skipped: the calibration has no lossless RC (rc), "
+                         "which both baselines run")
             baselines = False
         if baselines:
             dec = res.space
             bases["production"] = production(dec, cal)
+            outside = _outside(dec, bases["production"].config)
+            if outside:
+                notes.append("the production recipe lies outside the searched space ("
+                             + ", ".join(f"{k} = {v!r}" for k, v in outside.items())
+                             + "): a speed-up over it may be below 1")
             bases["sota"] = sota(dec, cal, bases["production"])
             for name in ABLATIONS:
                 abl[name] = ablation(dec, cal, bases["production"], name) if name != "joint" \
@@ -186,6 +191,22 @@ def explore(space: Space, calibration: Calibration | Sequence[str] | None = None
     timings = {"search_s": search_s, "rescore_s": project_s, "baselines_s": base_s,
                "total_s": time.perf_counter() - t0}
     return Exploration(space, cal, outcomes, timings, sorted(set(notes)))
+
+
+def _outside(dec: Space, cfg: Config | None) -> dict[str, Any]:
+    """The decision values of ``cfg`` that ``dec`` neither fixes so nor offers."""
+    if cfg is None:
+        return {}
+    flat = cfg.flat()
+    out = {}
+    for a in dec.axes:
+        if a.key in flat and flat[a.key] not in a.values:
+            out[a.key] = flat[a.key]
+    for k, v in dec.fixed.items():
+        if k.startswith(("placement.", "schedule.", "network.t", "network.q")) and \
+                flat.get(k) != v and k in flat:
+            out[k] = flat[k]
+    return out
 
 
 def _calibration(space: Space, calibration: Calibration | Sequence[str] | None) -> Calibration:

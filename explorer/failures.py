@@ -1,98 +1,74 @@
-"""What failures cost a training job, as a fraction of its time: the scalar form (the
-reference, for model.py) and its numpy twin (for vecmodel.py), side by side so they
-change together. See ``failure_fraction``'s docstring for the model."""
+"""What failures cost a training job, as a fraction phi of its time, on columns.
+
+**Interruptions** (a restart from the last checkpoint): every GPU, host or software
+failure (``cluster.interrupt_per_gpu_hour`` x GPUs); for RC, a lost NIC port or leaf
+too (its queue pairs are bound to the dead plane); for any transport on a single
+plane, the same. The job checkpoints every tau, each checkpoint blocking it for
+delta = its bytes (2 + 12 per parameter) / the store's write bandwidth; tau is the
+Young/Daly optimum for the job's mean time between interruptions M (Daly 2006:
+tau = sqrt(2 delta M) (1 + sqrt(delta / (2M)) / 3 + delta / (18 M)) - delta, for
+delta < 2M; else tau = M), unless ``cluster.checkpoint_minutes`` fixes it. With exponentially
+distributed interruptions, each costing the restart R and what ran since the last
+checkpoint, a segment of tau seconds of work takes M e^(R/M) (e^((tau + delta)/M) - 1)
+on the wall clock (Daly 2006, eq. 13): the fraction lost is 1 - tau / that.
+
+**Stalls**: every failure the transport rides out costs its recovery once: MRC its
+calibrated recovery in RTTs x the full-scale RTT; RC and TCP the later of control-plane
+convergence (BFD detection + BGP withdrawal + FIB update) and their RTO, plus the
+calibrated residue in RTTs. **Degradation**: until repair, a host that lost a plane
+(NIC port or leaf down) has (planes - 1)/planes of its bandwidth, a leaf that lost an
+uplink (half - 1)/half, a plane that lost a spine (spines - 1)/spines; a synchronous
+job runs at its slowest host, so while at least one such failure is open (a fraction
+1 - exp(-failures per hour x repair hours) of the time) its scale-out communication
+takes ways / (ways - 1) as long (``slowed(scale)``: the seconds a step gains then,
+overlap applied again); overlapping failures on different hosts do not add up.
+Components are counted on a two-tier Clos per plane and DC of ``switch_radix`` ports.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from explorer.calarrays import CalArrays, by_transport
-from explorer.calibration import TransportCal
-from explorer.spec import TRANSPORTS, Config
+from explorer.model_terms import CHECKPOINT_BYTES_PER_PARAM
+from explorer.spec import TRANSPORTS
 
-__all__ = ["failure_fraction", "failure_fraction_np"]
+__all__ = ["checkpoint", "failure_fraction"]
 
-_MRC, _RC = TRANSPORTS.index("mrc"), TRANSPORTS.index("rc")
-
+_MRC, _RC, _TCP = (TRANSPORTS.index(t) for t in ("mrc", "rc", "tcp"))
+_RC_LOSSY = TRANSPORTS.index("rc_lossy")
 
 Slowed = Callable[[Any], Any]  # (scale of the communication) -> seconds a step gains
 
 
-def failure_fraction(cfg: Config, tc: TransportCal, band: str, step_s: float,
-                     slowed: Slowed) -> float:
-    """Expected fraction of training time lost to failures (phi).
-
-    Three kinds of loss. *Stalls*: every failure the transport rides out costs its
-    recovery (and, for ECMP, control-plane convergence) once. *Interruptions*: a failure
-    the job cannot ride out (any host failure; for RC a NIC port or leaf, whose plane
-    its queue pairs are bound to; any transport with a single plane) costs a restart
-    and half a checkpoint interval. *Degradation*: until repair, a host that lost a
-    plane (NIC port or leaf down) has (planes - 1)/planes of its bandwidth, a leaf
-    that lost an uplink (half - 1)/half, a plane that lost a spine (spines - 1)/spines;
-    a synchronous job runs at its slowest host, so while at least one such failure is
-    open (a fraction 1 - exp(-failures per hour x repair hours) of the time) its
-    scale-out communication takes ways / (ways - 1) as long (``slowed(scale)``: the
-    seconds a step of ``step_s`` gains then, overlap applied again); overlapping failures
-    on different hosts do not add up."""
-    fab, net, cl = cfg.fabric, cfg.network, cfg.cluster
-    rtt = fab.rtt_us * 1e-6
-    interrupt = cl.restart_minutes * 60 + cl.checkpoint_minutes * 60 / 2
-    convergence = (net.bfd_interval_ms * net.bfd_multiplier + net.bgp_update_ms
-                   + net.fib_update_ms) / 1000
-    rec = max(0.0, tc.recovery_rtts.pick(band, True)) * rtt if tc.recovery_rtts else 0.0
-    if net.transport == "mrc":
-        reroute = rec
-    else:
-        # An ECMP transport's retransmission succeeds only once the route is fixed and its
-        # timer has fired; what it loses beyond that is the calibrated residue in RTTs.
-        rto = (net.rc_rto_ms if net.transport == "rc" else net.tcp_rto_ms) / 1000
-        reroute = max(convergence, rto) + rec
-    half = fab.switch_radix // 2
-    planes = fab.planes
-    host_links = leaf_links = leaves = spines = 0
-    for n_dc in cl.gpus:
-        lv = math.ceil(n_dc / half)
-        host_links += n_dc * planes
-        leaf_links += lv * half * planes
-        leaves += lv * planes
-        spines += math.ceil(lv * half / fab.switch_radix) * planes
-    link_rate = fab.link_fail_per_hour * fab.failure_scale
-    switch_rate = fab.switch_fail_per_hour * fab.failure_scale
-    port_down = link_rate * host_links + switch_rate * leaves
-    uplink_down = link_rate * leaf_links
-    spine_down = switch_rate * spines
-    hosts = sum(cl.gpus) / cl.gpus_per_host
-    interrupts = fab.host_fail_per_hour * fab.failure_scale * hosts
-    stalls = (uplink_down + spine_down) * reroute
-    plane_loss = planes > 1 and net.transport != "rc"
-    if plane_loss:
-        stalls += port_down * reroute
-    else:
-        interrupts += port_down
-    lost = (stalls + interrupts * interrupt) / 3600
-    open_ = [(uplink_down, half), (spine_down, spines / planes)]
-    if plane_loss:
-        open_.append((port_down, planes))
-    degrade = 0.0
-    for rate, ways in open_:
-        if rate > 0 and ways > 1:
-            degrade += (1.0 - math.exp(-rate * fab.repair_hours)) * slowed(ways / (ways - 1))
-    return lost + (degrade / step_s if step_s > 0 else 0.0)
+def checkpoint(c: dict[str, Any], params: Any, mtbi_s: Any) -> tuple[Any, Any]:
+    """(delta, tau): seconds a checkpoint blocks the job, and the interval between two."""
+    delta = params * CHECKPOINT_BYTES_PER_PARAM / (c["cluster.checkpoint_gbyte_s"] * 1e9)
+    m = mtbi_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.sqrt(delta / (2 * m))
+        daly = np.sqrt(2 * delta * m) * (1 + r / 3 + delta / (18 * m)) - delta
+    tau = np.where(delta < 2 * m, daly, m)
+    fixed = c["cluster.checkpoint_minutes"]
+    return delta, np.where(np.isnan(fixed), tau, fixed * 60.0)
 
 
-def failure_fraction_np(c: dict[str, Any], cal: CalArrays, tr: Any, step_s: Any,
-                        slowed: Slowed) -> Any:
-    """failure_fraction on columns (explorer/vecmodel.py)."""
+def failure_fraction(c: dict[str, Any], d: dict[str, Any], cal: CalArrays,
+                     slowed: Slowed) -> dict[str, Any]:
+    """What failures cost (module docstring): the fractions of time lost to
+    interruptions (``interrupts``) and to network stalls (``stalls``), the seconds an
+    average step gains while network failures are open (``degrade_s``), and the
+    checkpoint interval (``tau_s``). The expected step is then (nominal + degrade_s) /
+    ((1 - interrupts) (1 - stalls))."""
+    tr = c["network.transport"]
     rtt = c["fabric.rtt_us"] * 1e-6
-    interrupt = c["cluster.restart_minutes"] * 60 + c["cluster.checkpoint_minutes"] * 60 / 2
     convergence = (c["network.bfd_interval_ms"] * c["network.bfd_multiplier"]
                    + c["network.bgp_update_ms"] + c["network.fib_update_ms"]) / 1000
     rec = np.maximum(0.0, np.nan_to_num(by_transport(cal.rec_rtts, tr))) * rtt
-    rto = np.where(tr == _RC, c["network.rc_rto_ms"], c["network.tcp_rto_ms"]) / 1000
+    rto = np.where(tr == _TCP, c["network.tcp_rto_ms"], c["network.rc_rto_ms"]) / 1000
     reroute = np.where(tr == _MRC, rec, np.maximum(convergence, rto) + rec)
     radix = c["fabric.switch_radix"]
     half = np.floor(radix / 2)
@@ -111,14 +87,20 @@ def failure_fraction_np(c: dict[str, Any], cal: CalArrays, tr: Any, step_s: Any,
     port_down = link_rate * host_links + switch_rate * leaves
     uplink_down = link_rate * leaf_links
     spine_down = switch_rate * spines
-    hosts = sum(c[f"cluster.n{i}"] for i in range(c["cluster.max_dcs"])) \
-        / c["cluster.gpus_per_host"]
-    plane_loss = (planes > 1) & (tr != _RC)
+    plane_loss = (planes > 1) & (tr != _RC) & (tr != _RC_LOSSY)
     stalls = (uplink_down + spine_down) * reroute + np.where(plane_loss, port_down * reroute,
                                                              0.0)
-    interrupts = c["fabric.host_fail_per_hour"] * scale * hosts \
+    per_hour = c["cluster.interrupt_per_gpu_hour"] * scale * d["gpus"] \
         + np.where(plane_loss, 0.0, port_down)
-    lost = (stalls + interrupts * interrupt) / 3600
+    with np.errstate(divide="ignore"):
+        mtbi = np.where(per_hour > 0, 3600.0 / per_hour, np.inf)
+    delta, tau = checkpoint(c, d["params"], mtbi)
+    restart = c["cluster.restart_minutes"] * 60
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        finite = np.isfinite(mtbi)
+        m = np.where(finite, mtbi, 1.0)
+        wall = m * np.exp(restart / m) * np.expm1((tau + delta) / m)
+        interrupts = np.where(finite, 1.0 - tau / wall, delta / (tau + delta))
     repair = c["fabric.repair_hours"]
 
     def open_(rate: Any, ways: Any) -> Any:
@@ -128,4 +110,5 @@ def failure_fraction_np(c: dict[str, Any], cal: CalArrays, tr: Any, step_s: Any,
 
     degrade = open_(uplink_down, half) + open_(spine_down, spines / planes) \
         + np.where(plane_loss, open_(port_down, planes), 0.0)
-    return lost + np.where(step_s > 0, degrade / np.where(step_s > 0, step_s, 1.0), 0.0)
+    return dict(interrupts=interrupts, stalls=np.minimum(stalls / 3600, 1.0),
+                degrade_s=degrade, tau_s=tau)

@@ -1,380 +1,327 @@
-"""The cost model, written for reading: one configuration in, the step broken down out.
+"""The cost model: every formula written once, evaluated for one configuration or for
+millions at once.
 
-``evaluate(config, calibration)`` returns a ``Breakdown`` (explorer/model_breakdown.py);
-the sizes a configuration implies and why one cannot run are in
-explorer/model_structure.py, the constants and small per-term formulas in
-explorer/model_terms.py (shared with the vectorised twin). The vectorised twin
-(explorer/vecmodel.py) computes the same numbers for millions of configurations at once
-and must agree with this one to 1e-9 (tests/unit/explorer/test_explorer_model.py checks it on
-random points); change both together.
+``step(cols, cal)`` takes columns (explorer/columns.py: per spec field one value or a
+numpy array; arrays of any shapes that broadcast, so a search can give each axis its
+own dimension and every term is computed only over the axes it depends on) and returns
+the breakdown of every point (``BREAKDOWN_FIELDS``) with a ``reason`` code
+(model_structure.REASONS) where a point cannot run. ``evaluate(config, calibration)``
+is the same for one :class:`~explorer.spec.Config`, as a ``Breakdown``.
 
 Expected step time = compute + TP/CP communication + pipeline bubble + pipeline
 (point-to-point) communication + exposed data-parallel communication + optimizer step
-+ tail inflation + expected failure cost; time to train = steps x expected step.
++ tail + expected failure cost; time to train = steps x expected step.
 
-**Compute** (per microbatch and stage, on one GPU of a TP x CP group): GEMM FLOPs
-2 x (matmul parameters of the stage's layers) per token plus attention 4 s h per token
-and layer (scores and their product with V, counted in full as Megatron-LM does), plus
-the output layer's 2 h V on the last stage, divided by TP x CP, at peak x
-``gemm_efficiency``; plus element-wise (memory-bound) traffic at HBM bandwidth:
-``EW_TOKEN_BYTES`` x s b h per layer (layer norms, residuals, dropouts, activation
-function; sharded over TP only with sequence parallelism outside the MLP) and, without
-FlashAttention, ``EW_SCORE_BYTES`` x a s^2 b (softmax, mask, dropout over the score
-matrix). Backward = 2 x forward. Recomputation adds the attention core (selective) or a
-whole forward (full).
+**Compute**, **TP**, **CP**: explorer/model_compute.py. GEMM FLOPs at peak x one fitted
+GEMM efficiency, attention 4 s h per token and layer, the output layer on the last
+stage, element-wise traffic at HBM bandwidth; backward 2 x forward plus recomputation.
+TP: 4 collectives of the microbatch's activations per layer over NVLink; CP: ring
+attention over NVLink or the NIC, only its excess over the attention compute exposed.
 
-**TP** (inside the NVLink domain, exposed): 4 collectives of the microbatch's activations
-(b s h x 2 bytes / CP) per layer (2 forward, 2 backward; 2 more in the backward with full
-recomputation), each 2 (t-1)/t of it at NVLink rate x ``nvlink_efficiency``.
-**CP**: ring attention passes keys and values around the CP group, overlapped with the
-attention compute; only the excess is exposed. Over NVLink when TP x CP fits in the
-domain, else over the scale-out NIC.
+**Pipeline**: stages of ceil(layers / (PP x v)) x v layers; explorer/pipeline.py's closed
+forms (checked against the max-plus simulator in explorer/pipesim.py) with per-boundary
+latency and serialisation of the activations (b s h x 2 / (TP x CP) bytes per GPU);
+boundaries inside a DC at NIC rate, across DCs at the DCI pair's share of the GPUs
+sending across it, plus the DCI delay, plus expected loss recovery on a lossy DCI.
 
-**Pipeline**: stages of ceil(layers / (PP x v)) x v layers (uneven splits run at the
-busiest stage); explorer/pipeline.py's closed forms (checked against the max-plus
-simulator in explorer/pipesim.py) with per-boundary latency and serialisation of the
-activations (b s h x 2 / (TP x CP) bytes per GPU); boundaries inside a DC at NIC rate,
-boundaries across DCs at the DCI share of the GPUs sending across it, plus the DCI
-delay, plus expected loss recovery on a lossy DCI.
+**Network** (explorer/model_network.py): every calibrated figure through its transfer
+law (explorer/laws.py): eta, the ECMP law's efficiency at the full-scale fabric, the
+per-message overhead, the DCI pair capacity, the burst law.
 
-**Data parallelism** over the DP x CP ranks holding the same parameters: replicated
-(all-reduce of gradients), distributed optimizer (reduce-scatter of gradients +
-all-gather of bf16 parameters; sharded over the DP group, or inside each DC when the
-reduction is hierarchical, like HSDP), FSDP (per microbatch: all-gather of parameters
-forward and backward, reduce-scatter of gradients). A flat ring across DCs pays every
-DCI hop's latency and the DCI share of one ring; hierarchical = intra-DC reduce-scatter,
-inter-DC all-reduce of each rank's share, intra-DC all-gather. With ``overlap``, the
-gradient reduction hides behind the last microbatch's backward and the parameter
-all-gather behind the next step's first forward (their computation only: communication
-that also waits on the network, such as CP over the NIC, hides nothing).
+**Data parallelism** (explorer/model_dp.py): the ZeRO stage's reductions and gathers,
+flat or hierarchical across DCs, overlapped with the computation they can hide behind.
 
-**Tails**: a microburst inflates the round it hits (a ring step, a pipeline transfer, a
-ring-attention pass) by the calibrated P99 / P50; a round of t seconds over the NIC ports
-it spans meets one with probability 1 - exp(-burst_hz x ports x t), so each term grows by
-1 + P (inflation - 1), the data-parallel collectives whole with their overlap applied
-again.
+**Tails**: a microburst that meets a round delays it by the burst law's D; a round of t
+seconds over P NIC ports meets one with probability 1 - exp(-burst_hz x P x t). A
+data-parallel collective of R rounds grows by R x P(hit) x D (its overlap applied
+again), a ring-attention pass likewise, and the pipeline by the transfers on its
+critical path (2 (p v - 1) to fill and drain, 2 (m - 1) in the steady state) x P(hit)
+x D.
 
-**Network technology** enters through the calibration: bandwidth efficiency eta (intra-DC
-and over the DCI), per-message overhead in RTTs, load-balance efficiency at the flows per
-uplink (ECMP collisions), tail inflation under microbursts (at the burst's length in RTTs
-and its excess over the buffer), recovery from a failure in RTTs (MRC) or RTOs (RC, TCP).
+**Failures** (explorer/failures.py): interruptions with a Young/Daly checkpoint interval,
+stalls and degradation of the failures the transport rides out: expected step =
+(nominal + degradation) / ((1 - interruptions' share) (1 - stalls' share));
+``failure_s`` is what that adds, ``failure_fraction`` its share of the step.
 
-**Failures**: rate x components in use x time lost, as a fraction phi of training time
-(``failure_s`` = step x phi / (1 - phi)); components counted on a two-tier Clos per plane
-and DC of ``switch_radix`` ports. Time lost per failure: MRC, its calibrated recovery in
-RTTs x the full-scale RTT; RC and TCP, the later of control-plane convergence (BFD
-detection + BGP withdrawal + FIB update, from the full-scale settings) and the
-transport's full-scale RTO, plus the calibrated residue in RTTs; a lost NIC port or leaf
-costs MRC and TCP a plane of that host's bandwidth until repair and interrupts RC (its
-queue pairs are bound to the dead plane: restart from checkpoint); a host failure
-interrupts every job.
-See explorer/failures.py.
-
-**Memory**: weights, gradients and optimizer states per sharding (2 + g + 12 bytes per
-parameter with fp32 master weights and Adam moments), activations per layer and
-microbatch after Korthikanti et al. 2022 times the microbatches in flight at stage 0,
-plus the output logits, plus ``memory_reserve_gib``; must fit in HBM.
+**Memory** (explorer/model_memory.py): ZeRO model states and activations after
+Korthikanti et al. 2022 with the architecture's own tensors; must fit in HBM.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
-from explorer.calibration import Calibration, dblp_steps_ratio
+import numpy as np
+
+from explorer.calarrays import CalArrays
+from explorer.calibration import Calibration
 from explorer.failures import failure_fraction
-from explorer.model_breakdown import Breakdown
-from explorer.model_structure import derive, structure_reason
-from explorer.model_terms import (
-    EW_LOGIT_BYTES,
-    EW_SCORE_BYTES,
-    EW_TOKEN_BYTES,
-    EW_TOKEN_BYTES_MLP,
-    LOSS_RECOVERY_RTTS,
-    NVLINK_LATENCY_S,
-    OPT_BYTES_PER_PARAM,
-    PACKET_BYTES,
-    activation_bytes,
-    burst_hit,
-    flows_per_uplink,
-    message_overhead,
-    tail_factor,
-)
-from explorer.netcost import allreduce, ring_pass
-from explorer.pipeline import inflight, pipeline_time
+from explorer.model_breakdown import BREAKDOWN_FIELDS, Breakdown
+from explorer.model_compute import compute, tp_cp
+from explorer.model_dp import data_parallel, dci_loss_delay
+from explorer.model_memory import memory
+from explorer.model_network import MRC, burst_delay, network
+from explorer.model_structure import REASONS, derive, structure
+from explorer.model_terms import LOSS_RECOVERY_RTTS, OPT_BYTES_PER_PARAM
+from explorer.pipeline import pipeline_time_np
 from explorer.regime import extrapolation
 from explorer.spec import Config
 
-__all__ = ["PipelineTime", "evaluate"]
+__all__ = ["BREAKDOWN_FIELDS", "REASONS", "PipelineTime", "calibration_arrays", "evaluate",
+           "step"]
 
 # (schedule, p, m, v, warmup_extra, t_f, t_b, c_lat, c_ser, x_lat, x_ser, g) -> seconds
-PipelineTime = Callable[..., float]
+PipelineTime = Callable[..., Any]
+FAILURES_INFEASIBLE = 0.99  # a job that spends more of its time recovering never finishes
+_R = {name: i for i, name in enumerate(REASONS)}
+
+
+def _closed_forms(*args: Any) -> Any:
+    return pipeline_time_np(*args, invalid="nan")
+
+
+def step(c: dict[str, Any], cal: CalArrays, pipeline: PipelineTime = _closed_forms
+         ) -> dict[str, Any]:
+    """The breakdown of every point of ``c`` (module docstring), plus ``reason`` and the
+    law values behind it (``ecmp_structure``, ``ecmp_correction``, ``ecmp_x``,
+    ``burst_delay_s``, ``pair_tbps``, ``states_gib``, ``in_flight``)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _step(c, cal, pipeline)
+
+
+def _step(c: dict[str, Any], cal: CalArrays, pipeline: PipelineTime) -> dict[str, Any]:
+    d = derive(c)
+    code = structure(c, d)
+    tr = c["network.transport"]
+    t, cp, p = c["placement.tp"], c["placement.cp"], c["placement.pp"]
+    tcp = t * cp
+    mb, v, g, kk = d["mb"], d["v"], d["g"], d["k"]
+    gpus_small = d["gpus_min"]  # the smallest DC binds a DCI share
+    n = d["dp"] * cp  # ranks holding the same parameters (data parallelism x CP)
+    # With one such rank there is nothing to reduce: no DBLP, no optimizer sharding.
+    dblp = (c["schedule.dblp_tolerance"] > 0) & (tr == MRC) & (n > 1)
+    opt = np.where(n > 1, c["schedule.optimizer"], 0.0)
+    net = network(c, d, cal)
+    k = compute(c, d)
+    tc = tp_cp(c, d, k, net["bw_nic"], net["overhead"])
+    fwd, bwd, layers = k["fwd"], k["bwd"], k["layers"]
+    t_f = fwd + tc["tp_f"] + tc["cp_f"]
+    t_b = bwd + tc["tp_b"] + tc["cp_b"]
+
+    # memory
+    vocab, h = c["model.vocab"], c["model.hidden"]
+    emb = vocab * h * np.where(p == 1, np.where(c["model.tied_embeddings"] == 1, 1.0, 2.0),
+                               1.0)
+    p_gpu = (layers * d["layer"] + emb) / t  # parameters one GPU holds (busiest stage)
+    # Ranks of a data-parallel group inside one DC (the smallest DC when they differ).
+    n_in = np.where(g == 1, np.floor(gpus_small / (t * p)), np.floor(n / kk))
+    hier = (c["schedule.allreduce"] == 1) & (kk > 1)
+    shard = np.where(n == 1, 1.0, np.where(opt == 0, 1.0, np.where(hier, n_in, n)))
+    mem = memory(c, d, layers, p_gpu, shard)
+    mem_bad = mem["memory_gib"] > c["gpu.hbm_gib"]
+
+    # pipeline
+    multi = p > 1
+    msg = np.where(multi, k["act"] / t, 0.0)  # what one GPU sends across a stage boundary
+    overhead, bw_nic = net["overhead"], net["bw_nic"]
+    c_lat, c_ser = overhead, msg / bw_nic
+    senders = np.floor(d["dp"] / kk) * tcp  # GPUs of one DC sending across one boundary
+    x_bw = np.minimum(bw_nic, net["dci_gpu"] * gpus_small / senders)
+    lat_x = c["dci.delay_ms"] * 1e-3
+    rtt_x = 2 * lat_x + net["rtt"]
+    loss = c["dci.loss"]
+    loss_k = np.asarray(LOSS_RECOVERY_RTTS)[np.asarray(tr, np.intp)]
+    x_lat = lat_x + overhead + dci_loss_delay(loss, msg, loss_k, rtt_x, False)
+    x_ser = msg / (x_bw * (1.0 - loss))
+    sched, e = c["schedule.pipeline"], c["schedule.warmup_extra"]
+    big_t = t_f + t_b
+    flat = mb * big_t
+    args = (sched, p, mb, v, e, t_f, t_b, c_lat, c_ser, x_lat, x_ser, g)
+    pipe = np.where(multi, _pipeline(pipeline, multi & ~mem_bad, args), flat)
+    # With free boundaries the closed forms reduce to (m + p - 1) T, and to
+    # (m v + p - 1) T / v interleaved (explorer/pipeline.py; its tests hold it).
+    pipe0 = np.where(multi, np.where(sched == 2, (mb * v + p - 1) * big_t / v,
+                                     (mb + p - 1) * big_t), flat)
+    compute_s = mb * (fwd + bwd)
+    tp_s = mb * (tc["tp_f"] + tc["tp_b"])
+    cp_s = mb * (tc["cp_f"] + tc["cp_b"])
+    cp_net = np.where(tc["cp_net"], cp_s, 0.0)  # CP over the scale-out NIC
+    bubble = pipe0 - flat
+    pp_s = pipe - pipe0
+
+    # data parallelism
+    red, ag, exposed = data_parallel(c, d, net, p_gpu, n, n_in, hier, opt, dblp, loss_k,
+                                     fwd, bwd)
+    dp_s = exposed(1.0)
+    optimizer_s = p_gpu / shard * OPT_BYTES_PER_PARAM / k["hbm"]
+
+    def slowed(scale: Any, scale_dp: Any = None, scale_cp: Any = None) -> Any:
+        """Seconds a step gains when its scale-out communication takes ``scale`` x as
+        long (the pipeline's exposed part; CP's and the data-parallel collectives' own
+        scales if given; the collectives whole, with their overlap applied again)."""
+        sdp = scale if scale_dp is None else scale_dp
+        scp = scale if scale_cp is None else scale_cp
+        return (scale - 1.0) * pp_s + (scp - 1.0) * cp_net + exposed(sdp) - dp_s
+
+    # tails
+    rate = c["fabric.burst_hz"]
+    delay = burst_delay(c, cal, net["rtt"], tr)
+    if np.any(rate > 0):
+        ratio = np.minimum(1.0, c["schedule.dblp_tolerance"] / cal.dblp_tol) \
+            if np.isfinite(cal.dblp_tol) else 0.0
+        delay_dp = burst_delay(c, cal, net["rtt"], tr, np.where(dblp, ratio, 0.0))
+        ports_gpu = c["fabric.planes"] * net["lanes"]
+        ring = np.where(hier, n_in + kk, n)
+        rounds_dp = 2 * np.maximum(ring - 1, 1) * np.where(opt >= 2, mb, 1.0)
+        t_dp = red + ag
+        p_dp = -np.expm1(-rate * ring * ports_gpu * t_dp / rounds_dp)
+        s_dp = 1.0 + np.where(t_dp > 0, rounds_dp * p_dp * delay_dp / t_dp, 0.0)
+        rounds_cp = mb * layers * 3 * (cp - 1)
+        p_cp = -np.expm1(-rate * cp * ports_gpu * tc["cp_round"])
+        s_cp = 1.0 + np.where(cp_net > 0, rounds_cp * p_cp * delay / cp_net, 0.0)
+        crit = 2 * (p * v - 1) + 2 * (mb - 1)
+        p_pp = -np.expm1(-rate * 2 * ports_gpu * (c_lat + c_ser))
+        extra_pp = np.where(multi, crit * p_pp * delay, 0.0)
+        tail_s = np.where(rate > 0, np.maximum(0.0, slowed(1.0, s_dp, s_cp)) + extra_pp, 0.0)
+    else:
+        tail_s = np.zeros(())
+    step_nominal = compute_s + tp_s + cp_s + bubble + pp_s + dp_s + optimizer_s + tail_s
+
+    # failures
+    fail = failure_fraction(c, d, cal, slowed)
+    step_s = (step_nominal + fail["degrade_s"]) / ((1.0 - fail["interrupts"])
+                                                  * (1.0 - fail["stalls"]))
+    failure_s = step_s - step_nominal
+    phi = failure_s / step_s
+    fail_bad = ~(phi < FAILURES_INFEASIBLE)
+
+    # totals
+    s_len = c["model.seq"]
+    batch_tokens = d["seqs"] * s_len
+    steps = np.ceil(c["model.train_tokens"] / batch_tokens)
+    if np.isfinite(cal.dblp_ratio):
+        scale = 1.0 + (cal.dblp_ratio - 1.0) * np.minimum(1.0, c["schedule.dblp_tolerance"]
+                                                           / cal.dblp_tol)
+        steps = np.where(dblp, steps * scale, steps)
+    time_s = steps * step_s
+    model_flops = 3 * batch_tokens * (c["model.layers"] * (2 * d["matmul"] + 4 * s_len * h)
+                                      + 2 * h * vocab)
+    gpus = d["gpus"]
+    mfu = model_flops / (gpus * c["gpu.peak_tflops"] * 1e12 * step_s)
+    hours = time_s / 3600
+    idle = c["gpu.idle_power_w"]
+    energy = gpus * (idle + (c["gpu.power_w"] - idle) * compute_s / step_s) * hours / 1000 \
+        * c["cost.pue"]
+    dcs = d["dcs"]
+    dci_gbit = dcs * (dcs - 1) / 2 * net["pair_tbps"] * 1e3  # a full mesh of DC pairs
+    cost_gpu = gpus * c["cost.gpu_hour"] * hours
+    cost_dci = dci_gbit * c["cost.dci_gbit_month"] * hours / (24 * 30)
+    cost_energy = energy * c["cost.energy_kwh"]
+    grad = p_gpu * c["schedule.grad_bytes"]
+    flags = extrapolation(c, d, cal, net["lb"]["x"], grad / np.maximum(n, 1), msg, dblp)
+    reason = np.where(code != 0, code, np.where(mem_bad, _R["memory"],
+                                                np.where(fail_bad, _R["failures"], 0)))
+    return dict(
+        compute_s=compute_s, tp_s=tp_s, cp_s=cp_s, bubble_s=bubble, pp_s=pp_s, dp_s=dp_s,
+        optimizer_s=optimizer_s, tail_s=tail_s, failure_s=failure_s, step_s=step_s,
+        steps=steps, time_to_train_s=time_s, mfu=mfu, memory_gib=mem["memory_gib"],
+        failure_fraction=phi, checkpoint_s=fail["tau_s"], energy_kwh=energy,
+        cost_gpu=cost_gpu, cost_dci=cost_dci, cost_energy=cost_energy,
+        cost=cost_gpu + cost_dci + cost_energy, extrapolated=flags, reason=reason,
+        ecmp_structure=net["lb"]["structure"], ecmp_correction=net["lb"]["correction"],
+        ecmp_x=net["lb"]["x"], burst_delay_s=delay, pair_tbps=net["pair_tbps"],
+        states_gib=mem["states_gib"], in_flight=mem["in_flight"],
+        failure_interrupts=fail["interrupts"], failure_stalls=fail["stalls"],
+        failure_degrade_s=fail["degrade_s"])
+
+
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                 0xD6E8FEB86659FD93, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53,
+                 0x2545F4914F6CDD1D, 0x9FB21C651E98DF25, 0x8CB92BA72F3D8DD7,
+                 0xA0761D6478BD642F, 0xE7037ED1A0B428DB, 0x8EBC6AF09C88C6E3],
+                dtype=np.uint64)
+
+
+def _reduce_to(mask: Any, shape: tuple[int, ...]) -> Any:
+    """``mask`` with every dimension ``shape`` does not have folded by ``any``: where
+    ``shape``'s value is needed by at least one point of ``mask``."""
+    m: Any = np.asarray(mask)
+    nd = max(m.ndim, len(shape))
+    m = m.reshape((1,) * (nd - m.ndim) + m.shape)
+    full = (1,) * (nd - len(shape)) + tuple(shape)
+    axes = tuple(i for i in range(nd) if full[i] == 1 and m.shape[i] > 1)
+    m = m.any(axis=axes, keepdims=True) if axes else m
+    return m.reshape(m.shape[nd - len(shape):]) if nd > len(shape) else m
+
+
+def _pipeline(pipeline: PipelineTime, need: Any, args: tuple[Any, ...]) -> Any:
+    """The pipeline term where ``need`` says (a pipeline that fits in memory), over the
+    pipeline's own inputs only, each distinct input once: the closed forms' loop
+    candidates are the costliest part of the model, and many points share their inputs
+    (they differ in axes the pipeline does not see)."""
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    if not shape:
+        return pipeline(*args) if bool(need) else np.nan
+    sel = np.broadcast_to(_reduce_to(need, shape), shape)
+    cols = np.stack([np.broadcast_to(np.asarray(a, float), shape)[sel] for a in args], axis=1)
+    out = np.full(shape, np.nan)
+    if not len(cols):
+        return out
+    # Rows keyed by a 64-bit mix of their bits; a collision would show as a row that
+    # differs from its representative, and then the exact (slower) unique is used.
+    bits = np.ascontiguousarray(cols).view(np.uint64)
+    keys = (bits * _MIX[: bits.shape[1]]).sum(axis=1, dtype=np.uint64)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if not np.array_equal(cols[first][inverse.ravel()], cols):
+        rows = np.ascontiguousarray(cols).view(
+            np.dtype((np.void, cols.dtype.itemsize * cols.shape[1]))).ravel()
+        _, first, inverse = np.unique(rows, return_index=True, return_inverse=True)
+    uniq = cols[first]
+    # By schedule and DCs along the pipeline: the closed forms' loops run over the
+    # largest of these in their input, so rows of one kind at a time run fewest.
+    times = np.empty(len(uniq))
+    kind = uniq[:, 0] * 1024 + uniq[:, -1]
+    for kd in np.unique(kind):
+        rows = kind == kd
+        times[rows] = pipeline(*(uniq[rows, i] for i in range(uniq.shape[1])))
+    out[sel] = times[inverse.ravel()]
+    return out
+
+
+_ARRAYS: dict[tuple[int, str], tuple[Calibration, CalArrays]] = {}
+
+
+def calibration_arrays(cal: Calibration, band: str = "mid") -> CalArrays:
+    """``CalArrays.build(cal, band)``, kept for the calibrations last asked for."""
+    key = (id(cal), band)
+    hit = _ARRAYS.get(key)
+    if hit is not None and hit[0] is cal:
+        return hit[1]
+    if len(_ARRAYS) > 16:
+        _ARRAYS.clear()
+    arrays = CalArrays.build(cal, band)
+    _ARRAYS[key] = (cal, arrays)
+    return arrays
 
 
 def evaluate(cfg: Config, cal: Calibration, band: str = "mid",
-             pipeline: PipelineTime = pipeline_time) -> Breakdown:
+             pipeline: PipelineTime = _closed_forms) -> Breakdown:
     """Project one configuration. ``band``: "mid" (measured values), "opt" / "pess" (the
-    favourable / unfavourable end of every calibrated interval). ``pipeline`` computes the
-    pipeline part of a step (default: the closed forms; explorer/rescore.py passes the
-    schedule simulator)."""
-    d = derive(cfg)
-    reason = structure_reason(cfg, d)
-    if reason:
-        return Breakdown(False, reason)
-    m, gpu, fab, dci, pl, sch, net, cst = (cfg.model, cfg.gpu, cfg.fabric, cfg.dci,
-                                           cfg.placement, cfg.schedule, cfg.network, cfg.cost)
-    tc = cal.get(net.transport)
-    t, c, p, b, s, h, a = pl.tp, pl.cp, pl.pp, pl.microbatch, m.seq, m.hidden, m.heads
-    tcp = t * c
-    mb, v, g, k = d.microbatches, d.v, d.dcs_per_pipeline, d.dp_dcs
-    dcs, gpus = d.dcs, d.gpus
-    gpus_small = min(cfg.cluster.gpus)  # the smallest DC binds a DCI share
-    n = d.dp * c  # ranks holding the same parameters (data parallelism x CP)
-    # With one such rank there is nothing to reduce: no DBLP, no optimizer sharding.
-    dblp = sch.dblp_tolerance > 0 and net.transport == "mrc" and n > 1
-    optimizer = sch.optimizer if n > 1 else "replicated"
+    favourable / unfavourable end of every calibrated interval). ``pipeline`` computes
+    the pipeline part of a step (default: the closed forms; explorer/rescore.py passes
+    the schedule simulator)."""
+    from explorer.columns import config_columns
 
-    # -- network parameters at full scale ------------------------------------------------
-    rtt = fab.rtt_us * 1e-6
-    tcp_conn = net.transport == "tcp"
-    # MRC sprays over every plane, RC opens a QP per plane; a TCP connection stays on one
-    # plane's NIC, so it uses min(connections, planes) of them.
-    lanes = min(net.qps_per_connection, fab.planes) / fab.planes if tcp_conn else 1.0
-    overhead = message_overhead(tc, band, rtt, fab.nic_gbit / fab.planes)
-    eta = tc.eta.pick(band, worse_is_high=False)
-    eta_x = (tc.eta_dci or tc.eta).pick(band, worse_is_high=False)
-    lb = tc.load_balance_at(flows_per_uplink(net.transport, net.qps_per_connection,
-                                             fab.planes), band)
-    nic_bps = fab.nic_gbit * 1e9 / 8  # bytes/s, all planes
-    bw_nic = nic_bps * lanes * eta * lb
-    # DCI capacity per GPU of the smallest DC, as collectives and ECMP see it.
-    dci_gpu = (dci.gbit * 1e9 / 8 / gpus_small if dci.gbit is not None
-               else nic_bps / dci.oversubscription) * eta_x * lb
-    lat_x = dci.delay_ms * 1e-3  # what a DCI hop adds to a message
-    rtt_x = 2 * dci.delay_ms * 1e-3 + rtt
-    loss_k = LOSS_RECOVERY_RTTS[net.transport]
-
-    def dci_loss_delay(size: float, tolerant: bool) -> float:
-        # Expected recovery a message pays on a lossy DCI (DBLP rounds do not recover).
-        if dci.loss <= 0 or tolerant:
-            return 0.0
-        packets = max(1.0, size / PACKET_BYTES)
-        return (1.0 - (1.0 - dci.loss) ** packets) * loss_k * rtt_x
-
-    # -- compute per microbatch and stage ------------------------------------------------
-    # Layers of the busiest stage: uneven splits put the remainder on some stages (as
-    # Megatron-LM's uneven first/last stages do), and the pipeline runs at the busiest.
-    layers = math.ceil(m.layers / (p * v)) * v
-    tokens = b * s
-    peak = gpu.peak_tflops * 1e12 * gpu.gemm_efficiency
-    hbm = gpu.hbm_tbps * 1e12
-    gemm_layer = 2 * tokens * d.layer_matmul_params / tcp
-    attn_layer = 4 * tokens * s * h / tcp
-    logits = 2 * tokens * h * m.vocab / tcp
-    sp_div = t if sch.sequence_parallel else 1
-    ew_layer = tokens * h * (EW_TOKEN_BYTES_MLP / t
-                             + (EW_TOKEN_BYTES - EW_TOKEN_BYTES_MLP) / sp_div) / c
-    score_layer = 0.0 if m.flash_attention else EW_SCORE_BYTES * a * b * s * s / tcp
-    ew_logits = EW_LOGIT_BYTES * tokens * m.vocab / tcp
-    fwd = (layers * (gemm_layer + attn_layer) + logits) / peak \
-        + (layers * (ew_layer + score_layer) + ew_logits) / hbm
-    recompute = {"none": 0.0,
-                 "selective": layers * (attn_layer / peak + score_layer / hbm),
-                 "full": layers * ((gemm_layer + attn_layer) / peak
-                                   + (ew_layer + score_layer) / hbm)}[sch.recompute]
-    bwd = 2 * fwd + recompute
-
-    # -- TP and CP per microbatch and stage ------------------------------------------------
-    act = tokens * h * 2 / c  # bytes of one microbatch's activations on a CP rank
-    nvl = gpu.nvlink_gbyte_s * 1e9 * gpu.nvlink_efficiency
-    if t > 1:
-        one = 2 * (t - 1) / t * act / nvl + 2 * (t - 1) * NVLINK_LATENCY_S
-        tp_f = layers * 2 * one
-        tp_b = layers * (2 + (2 if sch.recompute == "full" else 0)) * one
-    else:
-        tp_f = tp_b = 0.0
-    if c > 1:
-        kv_bytes = 2 * tokens * (m.kv * h / a) * 2 / tcp  # this rank's K and V
-        cp_bw = nvl if tcp <= gpu.nvlink_domain else bw_nic
-        cp_lat = NVLINK_LATENCY_S if tcp <= gpu.nvlink_domain else overhead
-        cp_comm = (c - 1) * (kv_bytes / cp_bw + cp_lat)
-        cp_round = kv_bytes / cp_bw + cp_lat  # one ring-attention pass
-        attn_t = attn_layer / peak
-        cp_f = layers * max(0.0, cp_comm - attn_t)
-        cp_b = layers * max(0.0, 2 * cp_comm - 2 * attn_t)
-    else:
-        cp_f = cp_b = cp_round = 0.0
-    t_f = fwd + tp_f + cp_f
-    t_b = bwd + tp_b + cp_b
-
-    # -- pipeline --------------------------------------------------------------------------
-    if p > 1:
-        msg = act / t  # activations one GPU sends across a stage boundary
-        c_lat, c_ser = overhead, msg / bw_nic
-        senders = (d.dp // k) * tcp  # GPUs of one DC sending across one DCI boundary
-        x_bw = min(bw_nic, dci_gpu * gpus_small / senders)
-        x_lat = lat_x + overhead + dci_loss_delay(msg, False)
-        x_ser = msg / (x_bw * (1.0 - dci.loss))
-        sched = sch.pipeline
-        pipe = pipeline(sched, p, mb, v, sch.warmup_extra, t_f, t_b, c_lat, c_ser, x_lat,
-                        x_ser, g)
-        pipe0 = pipeline(sched, p, mb, v, sch.warmup_extra, t_f, t_b, 0.0, 0.0, 0.0, 0.0, g)
-        in_flight = inflight(sched, p, mb, v, sch.warmup_extra, g)
-    else:
-        msg = c_lat = c_ser = 0.0
-        pipe = pipe0 = mb * (t_f + t_b)
-        in_flight = 1.0
-    compute = mb * (fwd + bwd)
-    tp_s = mb * (tp_f + tp_b)
-    cp_s = mb * (cp_f + cp_b)
-    cp_net = 0.0 if tcp <= gpu.nvlink_domain else cp_s  # CP over the scale-out NIC
-    bubble = pipe0 - mb * (t_f + t_b)
-    pp_s = pipe - pipe0
-
-    # -- data parallelism ------------------------------------------------------------------
-    stage_params = layers * d.layer_params + m.vocab * h * (
-        (1 if m.tied_embeddings else 2) if p == 1 else 1)
-    p_gpu = stage_params / t  # parameters one GPU holds (busiest stage)
-    # Ranks of a data-parallel group inside one DC (the smallest DC when they differ).
-    n_in = gpus_small // (t * p) if g == 1 else n // k
-    hier = sch.allreduce == "hierarchical" and k > 1
-    bw_flat = min(bw_nic, n_in * dci_gpu) if k > 1 else bw_nic
-    bw_hier = min(bw_nic, dci_gpu)
-    ring_lat = k * lat_x if k > 1 else 0.0  # the DCI hops around the ring
-    grad = p_gpu * sch.grad_bytes
-    weights = p_gpu * 2.0
-
-    def reduce(size: float, tolerant: bool) -> float:
-        """Gradient reduction: all-reduce (replicated) or its reduce-scatter half."""
-        full = optimizer == "replicated"
-        if hier:
-            rs_in = ring_pass(size, n_in, bw_nic, 0.0, overhead)
-            x = allreduce(size / n_in, k, bw_hier, k * lat_x, overhead) \
-                + 2 * (k - 1) * dci_loss_delay(size / n_in / k, tolerant)
-            return rs_in + x + (rs_in if full else 0.0)
-        once = ring_pass(size, n, bw_flat, ring_lat, overhead)
-        loss = 2 * (k - 1) * dci_loss_delay(size / n, tolerant) if k > 1 else 0.0
-        return once * (2 if full else 1) + loss
-
-    def gather(size: float) -> float:
-        """Parameter all-gather (distributed optimizer, FSDP). Hierarchical: parameters are
-        sharded inside a DC and replicated across DCs (HSDP), so the gather stays inside."""
-        if hier:
-            return ring_pass(size, n_in, bw_nic, 0.0, overhead)
-        loss = (k - 1) * dci_loss_delay(size / n, False) if k > 1 else 0.0
-        return ring_pass(size, n, bw_flat, ring_lat, overhead) + loss
-
-    if n == 1:
-        red = ag = 0.0
-        shard = 1
-    elif optimizer == "fsdp":
-        # Per microbatch: parameters gathered for the forward and the backward (and the
-        # recomputed forward), gradients reduce-scattered.
-        red = mb * reduce(grad, dblp)
-        ag = mb * gather(weights) * (3 if sch.recompute == "full" else 2)
-        shard = n_in if hier else n
-    else:
-        red = reduce(grad, dblp)
-        ag = gather(weights) if optimizer == "distributed" else 0.0
-        shard = (n_in if hier else n) if optimizer == "distributed" else 1
-
-    def exposed_dp(scale: float) -> float:
-        """Data-parallel time left exposed when its collectives take ``scale`` x as long:
-        the reduction hides behind the backward, the gather behind the forward (FSDP:
-        both behind each microbatch's computation)."""
-        if not sch.overlap:
-            return scale * (red + ag)
-        if optimizer == "fsdp":
-            return max(0.0, scale * (red + ag) - mb * (fwd + bwd))
-        return max(0.0, scale * red - bwd) + max(0.0, scale * ag - fwd)
-
-    dp_s = exposed_dp(1.0)
-    optimizer_s = p_gpu / shard * OPT_BYTES_PER_PARAM / hbm
-
-    def slowed(scale: float, scale_dp: float | None = None,
-               scale_cp: float | None = None) -> float:
-        """Seconds a step gains when its scale-out communication takes ``scale`` x as long
-        (the pipeline's exposed part; CP's and the data-parallel collectives' own scales
-        if given; the collectives whole, with their overlap applied again)."""
-        sdp = scale if scale_dp is None else scale_dp
-        scp = scale if scale_cp is None else scale_cp
-        return (scale - 1.0) * pp_s + (scp - 1.0) * cp_net + exposed_dp(sdp) - dp_s
-
-    # -- tails -------------------------------------------------------------------------------
-    # A microburst inflates the round it hits by the calibrated P99 / P50. A communication
-    # is a sequence of rounds (a ring's steps, a pipeline transfer, a ring-attention
-    # pass); a round of ``t`` seconds over ``ports`` NIC ports meets a burst with
-    # probability 1 - exp(-burst_hz x ports x t), so a term grows by 1 + P (inflation - 1).
-    if fab.burst_hz > 0 and (pp_s + cp_net + red + ag) > 0:
-        infl = tail_factor(tc.tail, cfg, band)
-        if dblp and cal.dblp is not None and cal.dblp.tail:
-            # DBLP's inflation was measured at one tolerance: between reliable (0) and it,
-            # interpolate linearly; beyond it, keep it (flagged as extrapolated).
-            w = min(1.0, sch.dblp_tolerance / cal.dblp.tolerance)
-            infl_dp = infl + w * (tail_factor(cal.dblp.tail, cfg, band) - infl)
-        else:
-            infl_dp = infl
-        ports_gpu = fab.planes * lanes
-        ring = (n_in + k) if hier else n  # ranks a data-parallel round spans
-        rounds_dp = 2 * max(ring - 1, 1) * (mb if optimizer == "fsdp" else 1)
-        p_dp = burst_hit(fab.burst_hz, ring * ports_gpu, (red + ag) / rounds_dp)
-        p_pp = burst_hit(fab.burst_hz, 2 * ports_gpu, c_lat + c_ser) if p > 1 else 0.0
-        p_cp = burst_hit(fab.burst_hz, c * ports_gpu, cp_round) if cp_net > 0 else 0.0
-        tail_s = max(0.0, slowed(1.0 + p_pp * (infl - 1.0), 1.0 + p_dp * (infl_dp - 1.0),
-                                 1.0 + p_cp * (infl - 1.0)))
-    else:
-        tail_s = 0.0
-    step_nominal = compute + tp_s + cp_s + bubble + pp_s + dp_s + optimizer_s + tail_s
-
-    # -- memory --------------------------------------------------------------------------------
-    gb = sch.grad_bytes
-    if optimizer == "replicated":
-        state = p_gpu * (2 + gb + 12)
-    elif optimizer == "distributed":
-        state = p_gpu * (2 + gb) + p_gpu * 12 / shard
-    else:  # + two layers' parameters gathered at a time
-        state = p_gpu * (2 + gb + 12) / shard + 2 * d.layer_params / t * 2
-    act_layer = activation_bytes(cfg)
-    act_mem = layers * act_layer * in_flight + 4.0 * tokens * m.vocab / tcp
-    memory = state + act_mem + gpu.memory_reserve_gib * 2**30
-    memory_gib = memory / 2**30
-    if memory_gib > gpu.hbm_gib:
-        return Breakdown(False, "memory", memory_gib=memory_gib)
-
-    # -- failures -------------------------------------------------------------------------------
-    phi = failure_fraction(cfg, tc, band, step_nominal, slowed)
-    if phi >= 1.0:
-        return Breakdown(False, "failures", memory_gib=memory_gib)
-    step = step_nominal / (1.0 - phi)
-    failure_s = step - step_nominal
-
-    # -- totals ----------------------------------------------------------------------------------
-    steps: float = math.ceil(m.train_tokens / m.batch_tokens)
-    if dblp and cal.dblp is not None:
-        ratio = dblp_steps_ratio(cal, band)
-        steps = steps * (1.0 + (ratio - 1.0) * min(1.0, sch.dblp_tolerance
-                                                  / cal.dblp.tolerance))
-    time_s = steps * step
-    model_flops = 3 * m.batch_tokens * (m.layers * (2 * d.layer_matmul_params + 4 * s * h)
-                                        + 2 * h * m.vocab)
-    mfu = model_flops / (gpus * gpu.peak_tflops * 1e12 * step)
-    hours = time_s / 3600
-    busy = compute / step
-    energy = gpus * (gpu.idle_power_w + (gpu.power_w - gpu.idle_power_w) * busy) \
-        * hours / 1000 * cst.pue
-    if dcs == 1:
-        dci_gbit = 0.0
-    elif dci.gbit is not None:
-        dci_gbit = dci.gbit * dcs
-    else:
-        dci_gbit = gpus * fab.nic_gbit / dci.oversubscription
-    cost_gpu = gpus * cst.gpu_hour * hours
-    cost_dci = dci_gbit * cst.dci_gbit_month * hours / (24 * 30)
-    cost_energy = energy * cst.energy_kwh
-    flags = extrapolation(cfg, tc, cal, grad / max(n, 1), msg, dblp)
-    return Breakdown(
-        True, "", compute_s=compute, tp_s=tp_s, cp_s=cp_s, bubble_s=bubble, pp_s=pp_s,
-        dp_s=dp_s, optimizer_s=optimizer_s, tail_s=tail_s, failure_s=failure_s, step_s=step,
-        steps=steps, time_to_train_s=time_s, mfu=mfu, memory_gib=memory_gib,
-        failure_fraction=phi, energy_kwh=energy, cost_gpu=cost_gpu, cost_dci=cost_dci,
-        cost_energy=cost_energy, cost=cost_gpu + cost_dci + cost_energy, extrapolated=flags)
+    out = step(config_columns([cfg], scalar=True), calibration_arrays(cal, band), pipeline)
+    code = int(np.asarray(out["reason"]).ravel()[0])
+    values: dict[str, Any] = {f: float(np.asarray(out[f]).ravel()[0])
+                              for f in BREAKDOWN_FIELDS}
+    values["extrapolated"] = int(values["extrapolated"])
+    if code == 0:
+        return Breakdown(True, "", **values)
+    if REASONS[code] in ("memory", "failures"):
+        mem = values["memory_gib"]
+        return Breakdown(False, REASONS[code], memory_gib=mem if math.isfinite(mem) else 0.0)
+    return Breakdown(False, REASONS[code])

@@ -6,10 +6,18 @@ from dataclasses import asdict, dataclass
 
 from explorer.regime import EXTRAPOLATION_FLAGS
 
+__all__ = ["BREAKDOWN_FIELDS", "PARTS", "Breakdown"]
+
+# The parts of an expected step, in the order they are reported.
+PARTS = ("compute_s", "tp_s", "cp_s", "bubble_s", "pp_s", "dp_s", "optimizer_s", "tail_s",
+         "failure_s")
+
 
 @dataclass(frozen=True)
 class Breakdown:
-    """One configuration's projection. Times in seconds, memory in GiB, energy in kWh."""
+    """One configuration's projection. Times in seconds, memory in GiB, energy in kWh;
+    ``failure_fraction`` is failures' share of the expected step, ``checkpoint_s`` the
+    checkpoint interval the projection assumes (Young/Daly unless fixed)."""
 
     feasible: bool
     reason: str
@@ -28,6 +36,7 @@ class Breakdown:
     mfu: float = 0.0
     memory_gib: float = 0.0
     failure_fraction: float = 0.0
+    checkpoint_s: float = 0.0
     energy_kwh: float = 0.0
     cost_gpu: float = 0.0
     cost_dci: float = 0.0
@@ -42,3 +51,7 @@ class Breakdown:
     def extrapolated_what(self) -> list[str]:
         """Names of the regime dimensions projected beyond 2x the calibration's range."""
         return [name for bit, name in EXTRAPOLATION_FLAGS.items() if self.extrapolated & bit]
+
+
+BREAKDOWN_FIELDS = tuple(f for f in Breakdown.__dataclass_fields__
+                         if f not in ("feasible", "reason"))

@@ -1,73 +1,85 @@
-"""A configuration's derived sizes and whether its structure can run, before any timing
-(explorer/model.py times the configurations that can)."""
+"""A configuration's derived sizes and whether its structure can run, before any timing,
+on columns (explorer/columns.py: one value or a numpy array of any broadcastable shape
+per field)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
-from explorer.spec import Config
+import numpy as np
 
+__all__ = ["REASONS", "derive", "structure"]
 
-@dataclass(frozen=True)
-class Derived:
-    """Sizes derived from a configuration (before any timing)."""
-
-    gpus: int  # all DCs used
-    dcs: int
-    replica: int  # TP x CP x PP
-    dp: int  # data-parallel degree
-    microbatches: int
-    dcs_per_pipeline: int  # g
-    dp_dcs: int  # k: DCs one data-parallel group spans
-    v: int  # model chunks per stage in use
-    params: float
-    layer_params: float
-    layer_matmul_params: float
+REASONS = ("", "nvlink", "divisibility", "dc_split", "memory", "failures", "inapplicable")
+_R = {name: i for i, name in enumerate(REASONS)}
 
 
-
-def derive(cfg: Config) -> Derived:
-    """Derived sizes; raises nothing (structure_reason says what is wrong)."""
-    m, pl = cfg.model, cfg.placement
-    h, a, kv = m.hidden, m.heads, m.kv
-    attn = 2 * h * h + 2 * h * (kv * h // a)
-    mlp = (3 if m.mlp == "swiglu" else 2) * h * m.ffn_dim
+def derive(c: dict[str, Any]) -> dict[str, Any]:
+    """Sizes a configuration implies: key/value heads ``kv``, MLP size ``ffn``, parameters
+    of a layer (``layer``, ``matmul`` without norms) and in all (``params``), sequences
+    per step ``seqs``, GPUs in all / of the largest / of the smallest DC and their gcd,
+    ``replica`` (TP x CP x PP), data-parallel degree ``dp``, DCs along a pipeline ``g``,
+    DCs a data-parallel group spans ``k``, microbatches ``mb``, chunks per stage ``v``."""
+    h, a = c["model.hidden"], c["model.heads"]
+    kv = np.where(np.isnan(c["model.kv_heads"]), a, c["model.kv_heads"])
+    ffn = np.where(np.isnan(c["model.ffn"]),
+                   np.where(c["model.mlp"] == 0, 4 * h, np.ceil(8 * h / 768) * 256),
+                   c["model.ffn"])
+    attn = 2 * h * h + 2 * h * (kv * (h / a))
+    mlp = np.where(c["model.mlp"] == 1, 3.0, 2.0) * h * ffn
     layer = attn + mlp + 4 * h  # + two layer norms' weights and biases
-    params = m.layers * layer + m.vocab * h * (1 if m.tied_embeddings else 2)
-    gpus = sum(cfg.cluster.gpus)
-    dcs = cfg.cluster.dcs
-    replica = pl.tp * pl.cp * pl.pp
-    dp = gpus // replica
-    g = 1 if dcs == 1 else {"dp": 1, "pp": dcs, "pp_dp": pl.dc_group}[pl.cross]
-    k = dcs // g if g <= dcs else 1
-    mb = m.batch_seqs // (dp * pl.microbatch) if dp * pl.microbatch else 0
-    interleaved = cfg.schedule.pipeline == "interleaved" and pl.pp > 1
-    v = cfg.schedule.virtual_stages if interleaved else 1
-    return Derived(gpus, dcs, replica, dp, mb, g, k, v, float(params), float(layer),
-                   float(attn + mlp))
+    params = c["model.layers"] * layer + c["model.vocab"] * h * np.where(
+        c["model.tied_embeddings"] == 1, 1.0, 2.0)
+    seqs = np.where(np.isnan(c["model.global_batch_seqs"]),
+                    c["model.global_batch_tokens"] / c["model.seq"], c["model.global_batch_seqs"])
+    sizes = [c[f"cluster.n{i}"] for i in range(c["cluster.max_dcs"])]
+    gpus = sum(sizes)
+    gpus_max = np.maximum.reduce([np.asarray(s, float) for s in sizes])
+    gpus_min = np.minimum.reduce([np.where(np.asarray(s) > 0, s, np.inf) for s in sizes])
+    gcd = np.gcd.reduce([np.asarray(s, np.int64) for s in sizes])
+    dcs = c["cluster.dcs"]
+    t, cp, p = c["placement.tp"], c["placement.cp"], c["placement.pp"]
+    replica = t * cp * p
+    dp = np.floor(gpus / replica)
+    cross = c["placement.cross"]
+    g = np.where(dcs == 1, 1.0, np.where(cross == 0, 1.0, np.where(cross == 1, dcs,
+                                                                   c["placement.dc_group"])))
+    k = np.where(g <= dcs, np.floor(dcs / g), 1.0)
+    dpb = dp * c["placement.microbatch"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mb = np.where(dpb > 0, np.floor(seqs / np.where(dpb > 0, dpb, 1.0)), 0.0)
+    v = np.where((c["schedule.pipeline"] == 2) & (p > 1), c["schedule.virtual_stages"], 1.0)
+    return dict(kv=kv, ffn=ffn, layer=layer, matmul=attn + mlp, params=params, seqs=seqs,
+                gpus=gpus, gpus_max=gpus_max, gpus_min=gpus_min, gcd=gcd, dcs=dcs,
+                replica=replica, dp=dp, g=g, k=k, mb=mb, v=v)
 
 
-def structure_reason(cfg: Config, d: Derived) -> str:
-    """Why a configuration cannot run ("" if it can), before timing: divisibility, TP
-    outside the NVLink domain, a group split across DCs."""
-    m, pl, gpu = cfg.model, cfg.placement, cfg.gpu
-    t, c, p = pl.tp, pl.cp, pl.pp
-    if t > gpu.nvlink_domain or gpu.nvlink_domain % t:
-        return "nvlink"
-    kv_ok = m.kv % t == 0 if t <= m.kv else t % m.kv == 0
-    if (m.heads % t or not kv_ok or m.ffn_dim % t or m.layers < p * d.v or m.seq % c
-            or d.gpus % d.replica or d.microbatches < 1
-            or m.batch_seqs % (d.dp * pl.microbatch)):
-        return "divisibility"
-    if cfg.schedule.pipeline == "interleaved" and p > 1 and (d.microbatches % p or d.v < 2):
-        return "divisibility"
-    sizes = cfg.cluster.gpus
-    if d.dcs_per_pipeline == 1:
-        if any(n % d.replica for n in sizes):
-            return "dc_split"
-    else:
-        g = d.dcs_per_pipeline
-        if (len(set(sizes)) > 1 or p % g or d.dcs % g or d.dp % (d.dcs // g)
-                or (pl.cross == "pp_dp" and g >= d.dcs)):
-            return "dc_split"
-    return ""
+def structure(c: dict[str, Any], d: dict[str, Any]) -> Any:
+    """Reason code (REASONS) of every point whose structure cannot run, 0 where it can:
+    TP outside the NVLink domain, a degree that does not divide what it splits (every
+    model chunk of the pipeline needs a layer, but the first and the last stage may hold
+    one less, as Llama 3 405B's 126 layers on 16 stages did), a group split across DCs."""
+    t, cp, p = c["placement.tp"], c["placement.cp"], c["placement.pp"]
+    dom = c["gpu.nvlink_domain"]
+    kv = d["kv"]
+    nvlink = (t > dom) | (np.fmod(dom, t) != 0)
+    kv_ok = np.where(t <= kv, np.fmod(kv, t) == 0, np.fmod(t, kv) == 0)
+    dpb = d["dp"] * c["placement.microbatch"]
+    div = ((np.fmod(c["model.heads"], t) != 0) | ~kv_ok | (np.fmod(d["ffn"], t) != 0)
+           | (c["model.layers"] + np.where(p > 1, 2, 0) < p * d["v"])
+           | (np.fmod(c["model.seq"], cp) != 0)
+           | (np.fmod(d["gpus"], d["replica"]) != 0) | (d["mb"] < 1)
+           | (np.fmod(d["seqs"], np.where(dpb > 0, dpb, 1.0)) != 0) | (dpb <= 0))
+    inter = (c["schedule.pipeline"] == 2) & (p > 1) & (
+        (np.fmod(d["mb"], p) != 0) | (d["v"] < 2))
+    div = div | inter
+    g, dcs = d["g"], d["dcs"]
+    split1 = np.fmod(d["gcd"], d["replica"]) != 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        groups = np.floor(dcs / g)
+        splitg = ((d["gpus_max"] != d["gpus_min"]) | (np.fmod(p, g) != 0)
+                  | (np.fmod(dcs, g) != 0) | (np.fmod(d["dp"], np.maximum(groups, 1)) != 0)
+                  | ((c["placement.cross"] == 2) & (g >= dcs)))
+    split = np.where(g == 1, split1, splitg)
+    return np.where(nvlink, _R["nvlink"], np.where(div, _R["divisibility"],
+                                                   np.where(split, _R["dc_split"], 0)))

@@ -59,6 +59,7 @@ underestimated by up to about 25 % (1F1B) and 27 % (interleaved).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -144,37 +145,11 @@ def inflight(schedule: str, p: int, m: int, v: int, e: int, g: int) -> float:
     """Microbatch-equivalents of activations stage 0 (the busiest) holds at its peak.
 
     GPipe ``m``; 1F1B ``min(p + e (g - 1), m)``; interleaved ``min(p + (p - 1 + e) / v, m)``
-    (Korthikanti et al. 2022's ``p (1 + (p - 1) / (p v))`` plus the extra warm-up).
+    (Korthikanti et al. 2022's ``p (1 + (p - 1) / (p v))`` plus the extra warm-up). One
+    point of :func:`inflight_np`.
     """
     _check_shape(schedule, p, m, v, e, g)
-    if schedule == "gpipe":
-        return float(m)
-    if schedule == "1f1b":
-        return float(min(p + e * (g - 1), m))
-    return min(p + (p - 1 + e) / v, float(m))
-
-
-def _loop_candidates(p: int, q: int, g: int) -> list[tuple[int, int]]:
-    """Stage pairs (s, r) whose loops are tried: spans 1, 2, q-1, q, q+1, p-1, anchored at
-    the pipeline's ends and at every group's first and last stage (either end of the span).
-    """
-    pairs: set[tuple[int, int]] = set()
-    for span in (1, 2, q - 1, q, q + 1, p - 1):
-        if not 1 <= span < p:
-            continue
-        starts = {0, p - 1 - span}
-        for k in range(g):
-            starts.update((k * q, k * q + q - 1 - span, k * q + q - 1, k * q - span))
-        pairs.update((s, s + span) for s in starts if 0 <= s and s + span < p)
-    return sorted(pairs)
-
-
-def _mix_stages(p: int, q: int, g: int) -> list[int]:
-    """Stages where the interleaved ring/loop mixture is tried: ends and group edges."""
-    stages = {0, p - 1}
-    for k in range(g):
-        stages.update((k * q, k * q + q - 1))
-    return sorted(stages)
+    return float(inflight_np(SCHEDULE_CODES[schedule], p, m, v, e, g))
 
 
 def pipeline_time(schedule: str, p: int, m: int, v: int, e: int, t_f: float, t_b: float,
@@ -183,78 +158,13 @@ def pipeline_time(schedule: str, p: int, m: int, v: int, e: int, t_f: float, t_b
 
     ``v`` must be 1 unless ``schedule`` is "interleaved" (which needs ``m % p == 0``);
     ``g`` (DCs along the pipeline) must divide ``p``; ``e`` is the extra warm-up of the
-    module docstring. Times in any one unit.
+    module docstring. Times in any one unit. One point of :func:`pipeline_time_np`
+    (the closed forms are written once, there).
     """
     _check_shape(schedule, p, m, v, e, g)
     _check_times(t_f=t_f, t_b=t_b, c_lat=c_lat, c_ser=c_ser, x_lat=x_lat, x_ser=x_ser)
-    q = p // g
-    dc, dx = c_lat + c_ser, x_lat + x_ser
-    big_t = t_f + t_b
-
-    def dseg(a: int, b: int) -> float:  # transfer delays between stages a <= b
-        h = b // q - a // q  # DCI boundaries crossed
-        return h * dx + (b - a - h) * dc
-
-    d_phys = dseg(0, p - 1)
-    s_max = max(c_ser if p > g else 0.0, x_ser if g > 1 else 0.0)
-    if schedule == "gpipe":
-        return p * big_t + 2 * d_phys + (m - 1) * (max(t_f, s_max) + max(t_b, s_max))
-
-    if schedule == "1f1b":
-        # A slot is one microbatch's forward + backward; a link slower than that sets the
-        # pace u of the steady state.
-        work, u, slots = big_t, max(big_t, s_max), m
-
-        def warm(s: int) -> int:
-            return min(p - s - 1 + e * (g - 1 - s // q), m)
-
-        base = p * big_t + 2 * d_phys + (m - 1) * u
-    else:
-        work = u = big_t / v
-        slots = m * v
-        d_wrap = dx if g > 1 else dc
-        if v > 1:
-            s_max = max(s_max, x_ser if g > 1 else c_ser)
-
-        def warm(s: int) -> int:
-            return min(2 * (p - s - 1) + (v - 1) * p + e, m * v)
-
-        d_ring = d_phys + d_wrap
-        d_virtual = v * d_phys + (v - 1) * d_wrap
-        # The last stage's first backward waits for its forward number W_{p-1}, which
-        # stage 0 starts after `laps` trips round the ring, paced by the slowest link.
-        w_last = warm(p - 1)
-        grp, rest = divmod(w_last, p * v)
-        chunk, pos = divmod(rest, p)
-        laps = grp * (v - 1) + chunk
-        pace = max(t_f / v, s_max)
-        start = max(laps * (p * t_f / v + d_ring) + (grp * p + pos) * pace, w_last * pace)
-        ring_wait = start - w_last * t_f / v
-        base = ((m * v + p - 1) * u + d_phys + d_virtual + ring_wait
-                + (p - 1) * max(0.0, s_max - u))
-
-    def round_trip(s2: int) -> float:  # extra of a detour from the last stage to s2
-        return 2 * dseg(s2, p - 1) - (warm(s2) - warm(p - 1) - (p - 1 - s2)) * u
-
-    stall, eps = 0.0, 0.0
-    for s, r in _loop_candidates(p, q, g):
-        if warm(s) >= slots:  # no steady state at s: the loop does not exist
-            continue
-        n = warm(s) - warm(r) + 1
-        excess = (r - s + 1) * work + 2 * dseg(s, r) - n * u
-        eps = max(eps, excess / n)
-        for s2 in (s, s + 1):
-            left = slots - 2 - warm(s2)
-            if left >= 0:
-                stall = max(stall, round_trip(s2) + (left // n) * max(0.0, excess))
-    if schedule == "interleaved" and v > 1:
-        lap = max(0.0, d_ring - p * t_f / v, d_ring - p * t_b / v)
-        sigma = ((v - 1) * lap + p * eps) / (p * v)
-        for s2 in _mix_stages(p, q, g):
-            left = slots - 2 - warm(s2)
-            if left >= 0:
-                stall = max(stall, round_trip(s2) + left * sigma)
-    return base + stall
+    return float(pipeline_time_np(SCHEDULE_CODES[schedule], p, m, v, e, t_f, t_b, c_lat,
+                                  c_ser, x_lat, x_ser, g))
 
 
 # -- numpy-vectorised versions ------------------------------------------------------------
@@ -306,16 +216,24 @@ def _np_inputs(invalid: str, **args: object) -> tuple[dict[str, np.ndarray], np.
 
 
 def inflight_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLike,
-                e: ArrayLike, g: ArrayLike, invalid: str = "raise") -> np.ndarray:
+                e: ArrayLike, g: ArrayLike, invalid: str = "raise",
+                stage: ArrayLike = 0) -> np.ndarray:
     """inflight over broadcast arrays; ``schedule`` holds GPIPE / ONE_F_ONE_B / INTERLEAVED.
-    Integral floats are accepted; ``invalid="nan"`` returns NaN for invalid elements."""
+    Integral floats are accepted; ``invalid="nan"`` returns NaN for invalid elements.
+    ``stage`` s (0 <= s < p) asks another stage: its warm-up forwards plus one, the
+    1F1B stage p - s + e per DCI boundary downstream of it, the interleaved one
+    (2 (p - s - 1) + (v - 1) p + e + 1) chunks / v, at most m."""
     zero = 0.0
     a, bad = _np_inputs(invalid, schedule=schedule, p=p, m=m, v=v, e=e, g=g, t_f=zero,
                         t_b=zero, c_lat=zero, c_ser=zero, x_lat=zero, x_ser=zero)
     sch, p_, m_, v_, e_, g_ = (a[k] for k in _INT_ARGS)
+    st = np.broadcast_to(np.asarray(stage), np.shape(p_))
+    st = np.where(bad, 0, np.clip(st, 0, p_ - 1)).astype(np.int64)
+    q = p_ // g_
+    one = p_ - st + e_ * (g_ - 1 - st // q)
+    inter = (2 * (p_ - st - 1) + (v_ - 1) * p_ + e_ + 1) / v_
     res = np.where(sch == GPIPE, m_.astype(float),
-                   np.where(sch == ONE_F_ONE_B, np.minimum(p_ + e_ * (g_ - 1), m_),
-                            np.minimum(p_ + (p_ - 1 + e_) / v_, m_)))
+                   np.where(sch == ONE_F_ONE_B, np.minimum(one, m_), np.minimum(inter, m_)))
     return np.where(bad, np.nan, res)
 
 
@@ -329,18 +247,59 @@ def pipeline_time_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLi
     arguments; ``invalid="nan"`` returns NaN for invalid elements instead of raising."""
     a, bad = _np_inputs(invalid, schedule=schedule, p=p, m=m, v=v, e=e, g=g, t_f=t_f,
                         t_b=t_b, c_lat=c_lat, c_ser=c_ser, x_lat=x_lat, x_ser=x_ser)
-    sch, p, m, v, e, g = (a[k] for k in _INT_ARGS)
-    t_f, t_b, c_lat, c_ser, x_lat, x_ser = (a[k] for k in _TIME_ARGS)
+    shape = bad.shape
+    flat = {k: x.ravel() for k, x in a.items()}
+    # Rows of one (p, g) at a time: the loops' candidate spans and anchors are then
+    # numbers, so the ones that cannot exist there (span >= p, an anchor outside the
+    # pipeline) are skipped instead of masked, and repeats are evaluated once.
+    key = flat["p"] * (int(flat["g"].max(initial=1)) + 1) + flat["g"]
+    pairs = np.unique(key)
+    if 0 < len(pairs) <= _MAX_GROUPS:
+        res = np.empty(key.shape)
+        for k in pairs:
+            ix = np.flatnonzero(key == k)
+            sub: dict[str, Any] = {n: x[ix] for n, x in flat.items()}
+            sub["p"], sub["g"] = int(flat["p"][ix[0]]), int(flat["g"][ix[0]])
+            res[ix] = _closed(**sub)
+    else:
+        res = _closed(**flat)
+    return np.where(bad, np.nan, res.reshape(shape))
+
+
+_MAX_GROUPS = 256  # distinct (p, g) pairs taken one at a time (a search has a few dozen)
+
+
+def _closed(schedule: np.ndarray, p: Any, m: np.ndarray, v: np.ndarray, e: np.ndarray,
+            g: Any, t_f: np.ndarray, t_b: np.ndarray, c_lat: np.ndarray, c_ser: np.ndarray,
+            x_lat: np.ndarray, x_ser: np.ndarray) -> np.ndarray:
+    """The closed forms on checked 1-D columns; ``p`` and ``g`` are columns or, for rows
+    of one (p, g), numbers (then impossible loop candidates are skipped)."""
+    sch = schedule
+    fixed = isinstance(p, int) and isinstance(g, int)
     q = p // g
     dc, dx = c_lat + c_ser, x_lat + x_ser
     big_t = t_f + t_b
     il = sch == INTERLEAVED
+    zero = 0 * m  # an integer column of the rows' shape
+    # Rows of one kind at a time (the caller's grouping) take the short forms below: one
+    # DC along every pipeline (no DCI boundary: q = p), or one schedule family.
+    g_max = g if fixed else (int(g.max()) if g.size else 1)
+    one_dc = g_max == 1
+    all_il, no_il = bool(il.all()), not il.any()
 
-    def dseg(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    def dseg(lo: Any, hi: Any) -> Any:
+        if one_dc:
+            return (hi - lo) * dc
         h = hi // q - lo // q
         return h * dx + (hi - lo - h) * dc
 
-    d_phys = dseg(np.zeros_like(p), p - 1)
+    def warm(s: Any) -> Any:
+        w_il = np.minimum(2 * (p - s - 1) + (v - 1) * p + e, m * v) if not no_il else 0
+        w_1 = (np.minimum(p - s - 1, m) if one_dc else
+               np.minimum(p - s - 1 + e * (g - 1 - s // q), m)) if not all_il else 0
+        return w_il if all_il else w_1 if no_il else np.where(il, w_il, w_1)
+
+    d_phys = dseg(0, p - 1)
     s_max = np.maximum(np.where(p > g, c_ser, 0.0), np.where(g > 1, x_ser, 0.0))
     gpipe = p * big_t + 2 * d_phys + (m - 1) * (np.maximum(t_f, s_max)
                                                 + np.maximum(t_b, s_max))
@@ -348,10 +307,6 @@ def pipeline_time_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLi
     work = np.where(il, big_t / v, big_t)
     u = np.where(il, work, np.maximum(big_t, s_max))
     slots = np.where(il, m * v, m)
-
-    def warm(s: np.ndarray) -> np.ndarray:
-        return np.where(il, np.minimum(2 * (p - s - 1) + (v - 1) * p + e, m * v),
-                        np.minimum(p - s - 1 + e * (g - 1 - s // q), m))
 
     base_1f1b = p * big_t + 2 * d_phys + (m - 1) * u
     d_wrap = np.where(g > 1, dx, dc)
@@ -368,41 +323,58 @@ def pipeline_time_np(schedule: ArrayLike, p: ArrayLike, m: ArrayLike, v: ArrayLi
     base_il = ((m * v + p - 1) * u + d_phys + d_virtual + ring_wait
                + (p - 1) * np.maximum(0.0, s_max_il - u))
 
-    def round_trip(s2: np.ndarray) -> np.ndarray:
-        return 2 * dseg(s2, p - 1) - (warm(s2) - warm(p - 1) - (p - 1 - s2)) * u
+    def round_trip(s2: Any, w2: Any) -> Any:
+        # extra of a detour from the last stage to s2 (w2: s2's warm-up)
+        return 2 * dseg(s2, p - 1) - (w2 - w_last - (p - 1 - s2)) * u
 
     stall = np.zeros_like(u)
     eps = np.zeros_like(u)
     loop_ok = sch != GPIPE
-    g_max = int(g.max()) if g.size else 1
-    for span in (np.ones_like(p), 2 * np.ones_like(p), q - 1, q, q + 1, p - 1):
-        starts = [(np.zeros_like(p), loop_ok), (p - 1 - span, loop_ok)]
-        for k in range(g_max):
-            kq = k * q
-            ok = loop_ok & (k < g)
-            starts += [(kq, ok), (kq + q - 1 - span, ok), (kq + q - 1, ok), (kq - span, ok)]
+    if not loop_ok.any():
+        spans: tuple = ()  # GPipe alone has no stall loops
+    elif one_dc:  # q = p: spans q and q + 1 cannot fit, q - 1 is p - 1
+        spans = (1, 2, p - 1)
+    else:
+        spans = (1, 2, q - 1, q, q + 1, p - 1)
+    if fixed:  # only spans a pipeline of p stages has, each once
+        spans = tuple(sorted({sp for sp in spans if 1 <= sp < p}))
+    for span in spans:
+        starts = [(zero, loop_ok), (p - 1 - span, loop_ok)]
+        if one_dc:  # group 0's anchors: 0, p-1-span and -span repeat or cannot start
+            starts.append((p - 1, loop_ok))
+        else:
+            for k in range(g_max):
+                kq = k * q
+                ok = loop_ok & (k < g)
+                starts += [(kq, ok), (kq + q - 1 - span, ok), (kq + q - 1, ok),
+                           (kq - span, ok)]
+        if fixed:  # anchors inside the pipeline, each once
+            starts = [(s0, loop_ok) for s0 in sorted({int(np.max(s0)) for s0, _ in starts})
+                      if s0 >= 0 and s0 + span < p]
         for s, ok in starts:
             r = s + span
             ok = ok & (span >= 1) & (span < p) & (s >= 0) & (r < p)
             s, r = np.where(ok, s, 0), np.where(ok, r, 0)
-            ok &= warm(s) < slots
-            n = np.where(ok, warm(s) - warm(r) + 1, 1)
+            w_s = warm(s)
+            ok &= w_s < slots
+            n = np.where(ok, w_s - warm(r) + 1, 1)
             excess = (r - s + 1) * work + 2 * dseg(s, r) - n * u
             eps = np.where(ok, np.maximum(eps, excess / n), eps)
-            for s2 in (s, s + 1):
-                left = slots - 2 - warm(s2)
-                val = round_trip(s2) + (left // n) * np.maximum(0.0, excess)
+            for s2, w2 in ((s, w_s), (s + 1, warm(s + 1))):
+                left = slots - 2 - w2
+                val = round_trip(s2, w2) + (left // n) * np.maximum(0.0, excess)
                 stall = np.where(ok & (left >= 0), np.maximum(stall, val), stall)
     lap = np.maximum(0.0, np.maximum(d_ring - p * t_f / v, d_ring - p * t_b / v))
     sigma = ((v - 1) * lap + p * eps) / (p * v)
     mix_ok = il & (v > 1)
-    mix = [(np.zeros_like(p), mix_ok), (p - 1, mix_ok)]
-    for k in range(g_max):
-        mix += [(k * q, mix_ok & (k < g)), (k * q + q - 1, mix_ok & (k < g))]
-    for s2, ok in mix:
+    mix = [(zero, mix_ok), (p - 1 + zero, mix_ok)]
+    if not one_dc:
+        for k in range(g_max):
+            mix += [(k * q + zero, mix_ok & (k < g)), (k * q + q - 1 + zero, mix_ok & (k < g))]
+    for s2, ok in (mix if mix_ok.any() else ()):
         s2 = np.where(ok, s2, 0)
-        left = slots - 2 - warm(s2)
-        val = round_trip(s2) + left * sigma
+        w2 = warm(s2)
+        left = slots - 2 - w2
+        val = round_trip(s2, w2) + left * sigma
         stall = np.where(ok & (left >= 0), np.maximum(stall, val), stall)
-    res = np.where(sch == GPIPE, gpipe, np.where(il, base_il, base_1f1b) + stall)
-    return np.where(bad, np.nan, res)
+    return np.where(sch == GPIPE, gpipe, np.where(il, base_il, base_1f1b) + stall)

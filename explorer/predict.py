@@ -29,7 +29,8 @@ from explorer.spec import SpecError
 
 __all__ = ["MODEL_FACTS", "predict", "predict_experiment"]
 
-# Sizes of workloads/models.py's models (tests/unit/explorer/test_explorer_validation.py checks
+# Sizes of workloads/models.py's models (tests/unit/explorer/test_explorer_validation.py
+# checks
 # them against the torch modules): parameters, as a function of the vocabulary for the
 # tiny LM (embeddings 64 V + 64 x 64 positions, two layers of 49,984, head 65 V + 128),
 # and the activation per sample that crosses a pipeline stage boundary (tiny_lm: context
@@ -42,7 +43,7 @@ FLOAT_BYTES = 4
 # Headers beside a payload on the emulated wire: Ethernet 14, IPv6 40, UDP 8, our 48,
 # and an SRH with two segments (8 + 2 x 16).
 WIRE_HEADERS = 14 + 40 + 8 + 48 + 40
-MTU_PAYLOAD = 8000  # workloads/transportcomm.py's default datagram payload
+MTU_PAYLOAD = 8000  # workloads/collectives/transportcomm.py's default datagram payload
 
 
 def _transport(cal: Calibration, name: str) -> TransportCal:
@@ -66,7 +67,7 @@ def _vocab(model: str) -> int:
 def regime_rtt(tc: TransportCal, rate_mbit: float) -> float:
     """The calibration's RTT moved to links of ``rate_mbit``: its RTT is the transport's
     own round trip plus one frame's serialisation at the calibration's line rate
-    (workloads/calibration.py), so the serialisation is swapped for this rate's."""
+    (workloads/calibration/record.py), so the serialisation is swapped for this rate's."""
     assert tc.rtt_s is not None
     frame = ((tc.payload_bytes or MTU_PAYLOAD) + WIRE_HEADERS) * 8
     if tc.line_rate_mbit is None:

@@ -35,17 +35,16 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from emu import safefs
-from explorer.calarrays import CalArrays
 from explorer.exploration import Exploration, Projection, ScenarioOutcome
+from explorer.model import calibration_arrays
+from explorer.model_breakdown import BREAKDOWN_FIELDS, PARTS
 from explorer.regime import EXTRAPOLATION_FLAGS
 from explorer.search import chunks, decision_axes, is_decision
-from explorer.vecmodel import BREAKDOWN_FIELDS
 
 __all__ = ["finite", "summary", "top_table", "write_points", "write_report"]
 
 _WRITE_ROWS = 16384  # rows formatted at a time (bounds the text held in memory)
-_PARTS = ("compute_s", "tp_s", "cp_s", "bubble_s", "pp_s", "dp_s", "optimizer_s", "tail_s",
-          "failure_s")
+_PARTS = PARTS
 
 
 def finite(x: Any) -> Any:
@@ -85,9 +84,9 @@ def write_points(ex: Exploration, path: Path, progress: Callable[[int], None] | 
     """Stream every feasible point to ``path`` (gzip CSV). Returns the row count and, per
     scenario, a random sample of (time, cost) for the plot."""
     rng = np.random.default_rng(seed)
-    mid = CalArrays.build(ex.calibration, "mid")
-    bands = {"opt": CalArrays.build(ex.calibration, "opt"),
-             "pess": CalArrays.build(ex.calibration, "pess")}
+    mid = calibration_arrays(ex.calibration, "mid")
+    bands = {"opt": calibration_arrays(ex.calibration, "opt"),
+             "pess": calibration_arrays(ex.calibration, "pess")}
     scen_keys = _scenario_keys(ex)
     rows = 0
     samples: dict[int, dict] = {}
@@ -108,7 +107,7 @@ def write_points(ex: Exploration, path: Path, progress: Callable[[int], None] | 
                 header_written = True
             st: list[np.ndarray] = []
             sc: list[np.ndarray] = []
-            for flat, vals in chunks(dec, mid, bands=bands):
+            for flat, vals in chunks(dec, mid, bands=bands, fields=BREAKDOWN_FIELDS):
                 n = len(flat)
                 idx = np.unravel_index(flat, sizes) if sizes else []
                 for lo in range(0, n, _WRITE_ROWS):

@@ -10,13 +10,18 @@ configuration, baselines and speed-ups.
 Per scenario:
 1. the product of the *structural* decision axes (those that decide divisibility and
    placement: placement, pipeline schedule and chunks) is checked in vectorised
-   chunks (``vecmodel.structure``); points that cannot run are counted by reason
+   chunks (``model_structure.structure``); points that cannot run are counted by reason
    (divisibility, nvlink, dc_split) and never expanded;
-2. the surviving structures times every combination of the other decision axes are
-   evaluated in chunks of ``CHUNK`` points (``vecmodel.timing``), after removing
-   duplicates: a point whose value on an axis does not matter there (the pipeline
-   schedule with one stage, the reduction when DP stays in one DC, ...) is kept only with
-   that axis' first value ("inapplicable"; e.g. a DBLP tolerance on anything but MRC);
+2. the surviving structures are grouped by which other decision axes matter to them
+   (the pipeline's warm-up with one stage, the optimizer with one data-parallel rank,
+   the reduction when data parallelism stays in one DC, ...); an axis that does not
+   matter keeps only its first value (the rest are "inapplicable" duplicates). The
+   transport, its flows per connection and the DBLP tolerance form one *network*
+   dimension of the combinations that differ (flows per connection do not matter to
+   MRC, which sprays; a tolerance only to MRC). Each group is evaluated by the model
+   (explorer/model.py) on a grid where every axis has a dimension of its own, so each
+   term is computed over the axes it depends on only, in chunks of about ``CHUNK``
+   points;
 3. memory and failure pruning come out of the evaluation; the feasible points feed the
    running top-k (by time to train) and the candidates of two Pareto fronts (time to
    train vs cost, vs energy). Nothing per point is kept beyond those, so memory stays
@@ -37,9 +42,10 @@ import numpy as np
 from explorer.calarrays import CalArrays
 from explorer.calibration import Calibration
 from explorer.columns import Encoder
+from explorer.model import calibration_arrays, step
+from explorer.model_structure import REASONS, derive, structure
 from explorer.spec import Config, SpecError
 from explorer.specfile import Axis, Space
-from explorer.vecmodel import BREAKDOWN_FIELDS, REASONS, derive, structure, timing
 
 __all__ = ["CHUNK", "DECISION_PREFIXES", "ScenarioSearch", "is_decision", "pareto_front",
            "scenarios", "search_scenario", "with_axes"]
@@ -48,7 +54,49 @@ CHUNK = 1 << 18
 DECISION_PREFIXES = ("placement.", "schedule.", "network.transport",
                      "network.qps_per_connection")
 STRUCTURAL = ("placement.", "schedule.pipeline", "schedule.virtual_stages")
+NETWORK = ("network.transport", "network.qps_per_connection", "schedule.dblp_tolerance")
+# What the search keeps of every feasible point (the rest is re-evaluated on demand).
+KEPT = ("time_to_train_s", "cost", "energy_kwh")
 Progress = Callable[[int, int, float], None]  # (points done, points in all, best time)
+
+
+# What one run may be asked for, checked before any work (emu explore, the bench, the
+# claim): every scenario keeps its outcome (top-k, Pareto fronts, baselines), about 1 MB
+# and a second with its baselines (the 80-scenario grid: 105 MB peak, 85 s); the search
+# evaluates at least 10 M raw points a second (emu bench explorer's floor); 10**9 raw
+# points is 60 times the 100K-GPU reference space.
+MAX_SCENARIOS = 2_000
+MAX_RAW_POINTS = 10**9
+SCENARIO_BYTES = 1 << 20
+SCENARIO_S = 1.0
+RAW_POINTS_PER_S = 10e6
+
+
+def check_size(space: Space) -> None:
+    """SpecError, with the estimate, if ``space`` asks for more scenarios or raw points
+    than one run may take (refused before anything is expanded)."""
+    scen = math.prod(len(a.values) for a in space.axes if not is_decision(a.key))
+    if scen > MAX_SCENARIOS:
+        raise SpecError(
+            f"{space.source}: {scen:,} scenarios (the product of the scenario axes) is more "
+            f"than the {MAX_SCENARIOS:,} one run takes: they would hold about "
+            f"{scen * SCENARIO_BYTES / 2**30:,.0f} GiB and take about "
+            f"{duration(scen * SCENARIO_S)}; split the space or drop axis values")
+    if space.size > MAX_RAW_POINTS:
+        raise SpecError(
+            f"{space.source}: {space.size:,} raw points is more than the {MAX_RAW_POINTS:,} "
+            f"one run searches: at {RAW_POINTS_PER_S / 1e6:.0f} M raw points/s that is about "
+            f"{duration(space.size / RAW_POINTS_PER_S)}; fix some decision axes or split "
+            "the space")
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` in the largest unit that reads well."""
+    for unit, s in (("years", 365.25 * 86400), ("days", 86400), ("hours", 3600),
+                    ("minutes", 60)):
+        if seconds >= s:
+            return f"{seconds / s:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 def is_decision(key: str) -> bool:
@@ -72,7 +120,9 @@ def with_axes(space: Space, fixed: Mapping[str, Any] = {},
 
 
 def scenarios(space: Space) -> list[dict[str, Any]]:
-    """Every combination of the scenario axes (one empty dict when there are none)."""
+    """Every combination of the scenario axes (one empty dict when there are none);
+    SpecError first if the space is larger than one run takes (``check_size``)."""
+    check_size(space)
     scen = [a for a in space.axes if not is_decision(a.key)]
     keys = [a.key for a in scen]
     return [dict(zip(keys, combo, strict=True))
@@ -82,6 +132,18 @@ def scenarios(space: Space) -> list[dict[str, Any]]:
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Indices of the points no other point beats on both x and y (lower is better),
     sorted by x; of equal points the first is kept."""
+    if len(x) > 64 and np.isfinite(x).all() and np.isfinite(y).all():
+        # Only points inside the box of the two extremes can be on the front: beyond
+        # the least-y point's x (or the least-x point's y) that point beats them.
+        ix = np.flatnonzero(x == x.min())
+        iy = np.flatnonzero(y == y.min())
+        box = np.flatnonzero((x <= x[iy].min()) & (y <= y[ix].min()))
+        return box[pareto_front(x[box], y[box])] if len(box) < len(x) else \
+            _front(x, y)
+    return _front(x, y)
+
+
+def _front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     order = np.lexsort((y, x))
     ys = y[order]
     best = np.minimum.accumulate(ys)
@@ -92,14 +154,15 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Found:
-    """Points kept from a search (decision indices + their breakdown), as columns."""
+    """Points kept from a search (decision indices + their time, cost, energy), as
+    columns."""
 
     index: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     values: dict[str, np.ndarray] = field(default_factory=dict)
 
     def add(self, index: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
         self.index = np.concatenate([self.index, index])
-        for k in BREAKDOWN_FIELDS:
+        for k in KEPT:
             self.values[k] = np.concatenate([self.values.get(k, np.zeros(0)),
                                              np.asarray(values[k], float)])
 
@@ -174,65 +237,76 @@ def _irrelevant(cols: dict[str, Any], d: dict[str, Any]) -> list[tuple[str, Any]
     ]
 
 
-def _compress(cols: dict[str, Any], sel: np.ndarray) -> dict[str, Any]:
-    return {k: (v[sel] if isinstance(v, np.ndarray) and v.ndim == 1 else v)
-            for k, v in cols.items()}
-
-
 def _decision_space(space: Space, scenario: Mapping[str, Any]) -> Space:
     return with_axes(space, fixed=scenario)
 
 
+def _network_combos(space: Space, sizes: Mapping[str, int], dblp_matters: bool
+                    ) -> list[tuple[int, int, int]]:
+    """(transport, qps, tolerance) index combinations that differ: MRC sprays (its flows
+    per connection do not matter), a DBLP tolerance matters to MRC only (and not at all
+    with one data-parallel rank)."""
+    ax = space.axis("network.transport")
+    names = ax.values if ax else (space.fixed.get("network.transport", "rc"),)
+    out = []
+    for ti, name in enumerate(names):
+        qps = [0] if name == "mrc" else range(sizes["network.qps_per_connection"])
+        tols = range(sizes["schedule.dblp_tolerance"]) if name == "mrc" and dblp_matters \
+            else [0]
+        out += [(ti, qi, di) for qi in qps for di in tols]
+    return out
+
+
 def chunks(space: Space, cal: CalArrays, chunk: int = CHUNK,
-           stats: ScenarioSearch | None = None,
-           bands: Mapping[str, CalArrays] = {}) -> Iterator[tuple[np.ndarray, dict]]:
-    """Feasible points of a decision space, chunk by chunk: (decision indices, breakdown).
+           stats: ScenarioSearch | None = None, bands: Mapping[str, CalArrays] = {},
+           fields: Sequence[str] = KEPT) -> Iterator[tuple[np.ndarray, dict]]:
+    """Feasible points of a decision space, chunk by chunk: (decision indices, ``fields``
+    of their breakdown).
 
     ``stats`` (if given) receives the counts by reason. For each of ``bands`` (name ->
-    calibration arrays at another band) the breakdown gets ``time_to_train_<name>``
-    (inf where the point would not be feasible at that band)."""
+    calibration arrays at another band) the values get ``time_to_train_<name>`` (inf
+    where the point would not be feasible at that band)."""
     axes = decision_axes(space)
     sizes = [len(a.values) for a in axes]
     n_struct = sum(1 for a in axes if _structural(a.key))
     s_shape, o_shape = sizes[:n_struct], sizes[n_struct:]
     n_s, n_o = math.prod(s_shape), math.prod(o_shape)
-    order = [space.axes.index(a) for a in axes]  # axis i of `axes` is space.axes[order[i]]
     enc = Encoder(space)
     pos = {a.key: i for i, a in enumerate(axes)}
-    other_keys = [a.key for a in axes[n_struct:]]
+    others = [a.key for a in axes[n_struct:] if a.key not in NETWORK]
+    size_of = {a.key: len(a.values) for a in axes}
+    net_sizes = {k: size_of.get(k, 1) for k in NETWORK}
+    o_strides = {a.key: math.prod(o_shape[j + 1:]) for j, a in enumerate(axes[n_struct:])}
 
-    def space_idx(idx: list[np.ndarray], n: int) -> list[np.ndarray]:
-        out: list[np.ndarray] = [np.zeros(n, np.intp)] * len(space.axes)
-        for i, ax_i in enumerate(order):
-            out[ax_i] = idx[i]
-        return out
+    def space_idx(idx: Mapping[str, Any]) -> list[Any]:
+        zero = np.zeros(1, np.intp)
+        return [idx.get(a.key, zero) for a in space.axes]
 
     # 1. structures: validity, duplicates among the structural axes, and which of the
-    # other axes matter for each (a bit per other axis)
+    # other axes matter for each (a bit per other axis, one for the tolerance)
+    keys_bits = others + ["schedule.dblp_tolerance"]
     valid_parts, mask_parts = [], []
     for lo in range(0, n_s, chunk):
         flat = np.arange(lo, min(n_s, lo + chunk))
         n = len(flat)
         sidx = list(np.unravel_index(flat, s_shape)) if s_shape else []
-        idx = sidx + [np.zeros(n, np.intp)] * len(o_shape)
-        cols = enc.columns(space_idx(idx, n))
+        cols = enc.columns(space_idx({a.key: sidx[i] for i, a in enumerate(axes[:n_struct])}))
         d = derive(cols)
         code = np.broadcast_to(structure(cols, d), (n,))
         irrelevant = dict(_irrelevant(cols, d))
         dup = np.zeros(n, bool)
-        for key in pos:
-            if pos[key] < n_struct and key in irrelevant:
-                dup |= np.broadcast_to(irrelevant[key], (n,)) & (idx[pos[key]] != 0)
+        for i, a in enumerate(axes[:n_struct]):
+            if a.key in irrelevant:
+                dup |= np.broadcast_to(irrelevant[a.key], (n,)) & (sidx[i] != 0)
         ok = (code == 0) & ~dup
         relevant = np.zeros(n, np.int64)
-        for b, key in enumerate(other_keys):
+        for b, key in enumerate(keys_bits):
             matters = ~np.broadcast_to(irrelevant[key], (n,)) if key in irrelevant \
                 else np.ones(n, bool)
             relevant |= np.where(matters, 1 << b, 0)
         if stats is not None:
             for r in ("nvlink", "divisibility", "dc_split"):
                 stats.pruned[r] += int(np.count_nonzero(code == REASONS.index(r))) * n_o
-            stats.pruned["inapplicable"] += int(np.count_nonzero((code == 0) & dup)) * n_o
         valid_parts.append(flat[ok])
         mask_parts.append(relevant[ok])
     valid = np.concatenate(valid_parts) if valid_parts else np.zeros(0, np.int64)
@@ -242,60 +316,68 @@ def chunks(space: Space, cal: CalArrays, chunk: int = CHUNK,
         stats.structural += (n_s * n_o - sum(stats.pruned[r] for r in
                                              ("nvlink", "divisibility", "dc_split")))
 
-    # 2. each group of structures with the same relevant axes x the product of those
+    # 2. each group of structures with the same relevant axes, on a grid: structures x
+    # every relevant other axis x the network combinations
     groups = np.unique(masks)
-    if stats is not None:
-        stats.to_process += sum(int(np.count_nonzero(masks == mk)) * math.prod(
-            o_shape[b] if mk >> b & 1 else 1 for b in range(len(o_shape))) for mk in groups)
+    plans = []
     for mask in groups:
-        group = valid[masks == mask]
-        sub = [o_shape[b] if mask >> b & 1 else 1 for b in range(len(o_shape))]
-        n_sub = math.prod(sub)
-        if stats is not None:
-            stats.pruned["inapplicable"] += len(group) * (n_o - n_sub)
-        total = len(group) * n_sub
-        for lo in range(0, total, chunk):
-            j = np.arange(lo, min(total, lo + chunk))
-            n = len(j)
-            s_flat = group[j // n_sub]
-            oidx = list(np.unravel_index(j % n_sub, sub)) if sub else []
-            o_flat = np.ravel_multi_index(oidx, o_shape) if o_shape else np.zeros(n, np.int64)
+        dims = [size_of[k] if mask >> b & 1 else 1 for b, k in enumerate(others)]
+        combos = _network_combos(space, net_sizes, bool(mask >> len(others) & 1))
+        plans.append((mask, dims, combos, valid[masks == mask]))
+    if stats is not None:
+        stats.to_process += sum(len(g) * math.prod(dims) * len(cb) for _, dims, cb, g in plans)
+    for _, dims, combos, group in plans:
+        per = math.prod(dims) * len(combos)
+        nd = len(dims) + 2
+        shape_o = [1] + dims + [len(combos)]
+        oidx = {k: _along(nd, j + 1, np.arange(dims[j])) for j, k in enumerate(others)}
+        comb = np.asarray(combos, np.intp).reshape(len(combos), 3)
+        for j, key in enumerate(NETWORK):
+            if key in pos:
+                oidx[key] = _along(nd, nd - 1, comb[:, j])
+        o_flat = sum(np.asarray(oidx[k]) * o_strides[k] for k in oidx) if oidx \
+            else np.zeros([1] * nd, np.int64)
+        step_s = max(1, chunk // per)
+        for lo in range(0, len(group), step_s):
+            s_flat = group[lo:lo + step_s]
+            n = len(s_flat)
             sidx = list(np.unravel_index(s_flat, s_shape)) if s_shape else []
-            idx = sidx + oidx
-            cols = enc.columns(space_idx(idx, n))
-            d = derive(cols)
-            # DBLP is a mode of MRC here: on another transport the tolerance does not
-            # matter, so only its first value is evaluated.
-            if "schedule.dblp_tolerance" in pos:
-                dup = np.broadcast_to((cols["network.transport"] != 0)
-                                      & (idx[pos["schedule.dblp_tolerance"]] != 0), (n,))
-            else:
-                dup = np.zeros(n, bool)
+            idx = {a.key: _along(nd, 0, sidx[i]) for i, a in enumerate(axes[:n_struct])}
+            idx.update(oidx)
+            cols = enc.columns(space_idx(idx))
+            out = step(cols, cal)
+            full = (n, *shape_o[1:])
+            reason = np.broadcast_to(out["reason"], full)
+            flat_all = _along(nd, 0, s_flat) * n_o + o_flat
             if stats is not None:
-                stats.processed += n
-                stats.pruned["inapplicable"] += int(np.count_nonzero(dup))
-            keep = ~dup
-            if not keep.any():
-                continue
-            cols_k = _compress(cols, keep)
-            d_k = {k: (v[keep] if isinstance(v, np.ndarray) and v.ndim == 1 else v)
-                   for k, v in d.items()}
-            out = timing(cols_k, d_k, cal)
-            reason = np.broadcast_to(out["reason"], (int(keep.sum()),))
-            flat_all = s_flat[keep] * n_o + o_flat[keep]
-            if stats is not None:
-                stats.evaluated += len(reason)
+                stats.processed += reason.size
+                stats.evaluated += reason.size
                 for r in ("memory", "failures"):
                     stats.pruned[r] += int(np.count_nonzero(reason == REASONS.index(r)))
-                _track_nearest(stats, reason, out, cols_k, flat_all)
+                if stats.feasible == 0:
+                    _track_nearest(stats, reason, out, cols, np.broadcast_to(flat_all, full))
             ok = reason == 0
-            vals = {k: np.broadcast_to(out[k], reason.shape)[ok] for k in BREAKDOWN_FIELDS}
+            if not ok.any():
+                continue
+            vals = {k: np.broadcast_to(out[k], full)[ok] for k in fields}
             for name, arrays in bands.items():
-                other = timing(cols_k, d_k, arrays)
-                t = np.where(np.broadcast_to(other["reason"], reason.shape) == 0,
-                             np.broadcast_to(other["time_to_train_s"], reason.shape), np.inf)
+                other = step(cols, arrays)
+                t = np.where(np.broadcast_to(other["reason"], full) == 0,
+                             np.broadcast_to(other["time_to_train_s"], full), np.inf)
                 vals[f"time_to_train_{name}"] = t[ok]
-            yield flat_all[ok], vals
+            flat_ok = np.broadcast_to(flat_all, full)[ok]
+            if stats is not None:
+                stats.feasible += len(flat_ok)
+            yield flat_ok, vals
+    if stats is not None:
+        stats.pruned["inapplicable"] = (stats.structural - stats.evaluated)
+
+
+def _along(nd: int, j: int, values: np.ndarray) -> np.ndarray:
+    """``values`` as dimension ``j`` of ``nd`` (the others of length 1)."""
+    sh = [1] * nd
+    sh[j] = len(values)
+    return np.asarray(values).reshape(sh)
 
 
 def _track_nearest(stats: ScenarioSearch, reason: np.ndarray, out: Mapping[str, Any],
@@ -320,11 +402,10 @@ def search_scenario(space: Space, scenario: Mapping[str, Any], cal: Calibration,
     t0 = time.perf_counter()
     dec = _decision_space(space, scenario)
     res = ScenarioSearch(dict(scenario), dec)
-    arrays = CalArrays.build(cal)
+    arrays = calibration_arrays(cal)
     top, pc, pe = Found(), Found(), Found()
     best = math.inf
     for flat, vals in chunks(dec, arrays, chunk, res):
-        res.feasible += len(flat)
         top.add(flat, vals)
         if len(top) > 4 * top_k:
             top = top.take(_smallest(top.values["time_to_train_s"], top.index, top_k))
@@ -351,6 +432,11 @@ def search_scenario(space: Space, scenario: Mapping[str, Any], cal: Calibration,
 
 def _smallest(t: np.ndarray, index: np.ndarray, k: int) -> np.ndarray:
     """Positions of the k smallest times, ties broken by decision index (deterministic)."""
+    if len(t) > 4 * k:
+        # the k-th smallest time bounds the candidates; its ties all stay in
+        kth = np.partition(t, k - 1)[k - 1]
+        cand = np.flatnonzero(t <= kth)
+        return cand[np.lexsort((index[cand], t[cand]))][:k]
     order = np.lexsort((index, t))
     return order[:k]
 

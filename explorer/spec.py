@@ -22,16 +22,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = [
     "CROSS", "MLPS", "OPTIMIZERS", "PIPELINES", "RECOMPUTES", "REDUCTIONS", "SECTIONS",
-    "TRANSPORTS", "Check", "Cluster", "Config", "Cost", "Dci", "Fabric", "Gpu", "Model",
+    "TRANSPORTS", "Check", "Cluster", "Config", "Cost", "Dci", "FabricSection", "Gpu", "Model",
     "Network", "Placement", "Schedule", "SpecError", "check_value", "field_check",
     "section_fields",
 ]
 
 PIPELINES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTES = ("none", "selective", "full")
-OPTIMIZERS = ("replicated", "distributed", "fsdp")
+OPTIMIZERS = ("replicated", "zero1", "zero2", "zero3")
 REDUCTIONS = ("ring", "hierarchical")
-TRANSPORTS = ("mrc", "rc", "tcp")
+# rc: RoCE RC as production deploys it (lossless with PFC, several QPs per connection);
+# rc_lossy: the go-back-N RC over lossy FIFOs that the emulator measures as it is.
+TRANSPORTS = ("mrc", "rc", "rc_lossy", "tcp")
 CROSS = ("dp", "pp", "pp_dp")
 MLPS = ("gelu", "swiglu")
 
@@ -162,6 +164,8 @@ class Model(_Section):
     seq: int = _f(2048, "int", "sequence length s (tokens)", lo=1)
     tied_embeddings: bool = _f(False, "bool", "input and output embeddings shared")
     flash_attention: bool = _f(True, "bool", "attention scores never materialised in HBM")
+    dropout: bool = _f(False, "bool", "dropout layers (their masks are kept for the "
+                       "backward: GPT-3-era models have them, Llama-era ones do not)")
     global_batch_seqs: int | None = _f(None, "int", "global batch in sequences "
                                        "(or global_batch_tokens)", lo=1, optional=True)
     global_batch_tokens: int | None = _f(None, "int", "global batch in tokens (a multiple of "
@@ -244,12 +248,24 @@ class Cluster(_Section):
     dc_gpus: tuple[int, ...] | None = _f(None, "ints", "GPUs of each DC when they differ",
                                          lo=1, optional=True)
     gpus_per_host: int = _f(8, "int", "GPUs per server", lo=1)
-    # 7 + 20 / 2 = 17 minutes per interruption, as Llama 3 405B's 90 % effective training
-    # time over 466 interruptions in 54 days implies.
-    restart_minutes: float = _f(7.0, "number", "time to restart the job after an "
-                                "interruption (reschedule, load the checkpoint)", lo=0)
-    checkpoint_minutes: float = _f(20.0, "number", "checkpoint interval (an interruption "
-                                   "loses half of it on average)", lo=0, lo_open=True)
+    # Llama 3 405B (Dubey et al. 2024, §3.3.4): 419 unexpected interruptions in 54 days on
+    # 16,384 H100s, 35 of them network switches and cables (modelled apart, per link and
+    # switch, in [fabric]): (419 - 35) / (16,384 x 1,296 h).
+    interrupt_per_gpu_hour: float = _f(1.81e-5, "number", "job interruptions per GPU and "
+                                       "hour (GPU, host, software: a restart whatever the "
+                                       "network)", lo=0)
+    # Upper bound: Llama 3's "more than 90 % effective training time" over 466 interruptions
+    # in 54 days is at most 16.7 minutes per interruption, of which the Young/Daly terms at
+    # its checkpoint size and bandwidth (below) take about 4: 12 minutes to restart.
+    restart_minutes: float = _f(12.0, "number", "time to restart the job after an "
+                                "interruption (reschedule, reload the checkpoint)", lo=0)
+    # Llama 3's Tectonic store: 2 TB/s sustained, 7 TB/s peak (Dubey et al. 2024, §3.3.1).
+    checkpoint_gbyte_s: float = _f(2000.0, "number", "checkpoint write bandwidth of the "
+                                   "store, GByte/s (a checkpoint blocks training while written)",
+                                   lo=0, lo_open=True)
+    checkpoint_minutes: float | None = _f(None, "number", "checkpoint interval; default the "
+                                          "Young/Daly optimum of each configuration", lo=0,
+                                          lo_open=True, optional=True)
 
     def _check(self) -> None:
         if self.dc_gpus is not None and len(self.dc_gpus) < self.dcs:
@@ -265,7 +281,7 @@ class Cluster(_Section):
 
 
 @dataclass(frozen=True)
-class Fabric(_Section):
+class FabricSection(_Section):
     """The scale-out network inside each DC: a two-tier multi-plane Clos."""
 
     SECTION = "fabric"
@@ -278,19 +294,21 @@ class Fabric(_Section):
                        lo=0, lo_open=True)
     buffer_kib: float = _f(256.0, "number", "switch buffer per egress port, KiB", lo=0,
                            lo_open=True)
-    # Default rates from Llama 3 405B's training (Dubey et al. 2024: 419 unexpected
-    # interruptions in 54 days on 16,384 H100s in 2,048 servers, 8.4 % of them network
-    # switches and cables, counted here half links (~32K), half switches (~1K)).
+    # Network failures from Llama 3 405B's training (Dubey et al. 2024: 35 of 419
+    # unexpected interruptions in 54 days on 16,384 H100s in 2,048 servers were network
+    # switches and cables), counted here half links (~32K), half switches (~1K).
     link_fail_per_hour: float = _f(4e-7, "number", "failures per link and hour", lo=0)
     switch_fail_per_hour: float = _f(1.4e-5, "number", "failures per switch and hour",
                                      lo=0)
-    host_fail_per_hour: float = _f(1.45e-4, "number", "failures per server and hour (a "
-                                   "job interruption whatever the network)", lo=0)
     repair_hours: float = _f(4.0, "number", "time until a failed link or switch is back",
                              lo=0, lo_open=True)
-    failure_scale: float = _f(1.0, "number", "multiplies the three failure rates (one axis "
-                              "for low vs high failure regimes)", lo=0)
+    failure_scale: float = _f(1.0, "number", "multiplies the link, switch and GPU failure "
+                              "rates (one axis for low vs high failure regimes)", lo=0)
+    # No published rate of microbursts per port of an AI training fabric was found; 0
+    # leaves the tail term out unless a scenario sets one.
     burst_hz: float = _f(0.0, "number", "microbursts per second at one host port", lo=0)
+    # Zhang et al., High-Resolution Measurement of Data Center Microbursts (IMC 2017): more
+    # than 70 % of bursts last at most tens of microseconds.
     burst_us: float = _f(50.0, "number", "microburst duration, us", lo=0)
     burst_excess_kib: float = _f(512.0, "number", "bytes a burst offers beyond the port's "
                                  "drain, KiB", lo=0)
@@ -303,10 +321,17 @@ class Dci(_Section):
     SECTION = "dci"
     delay_ms: float = _f(1.0, "number", "one-way delay between two DCs, ms", lo=0, hi=1000)
     loss: float = _f(0.0, "number", "packet loss probability on the long haul", lo=0, hi=0.5)
-    oversubscription: float = _f(4.0, "number", "a DC's leaf-to-spine capacity (all planes) "
-                                 "over its DCI capacity (as topologies.ScaleAcross)", lo=1)
-    gbit: float | None = _f(None, "number", "DCI capacity out of each DC, Gbit/s (instead of "
-                            "oversubscription)", lo=0, lo_open=True, optional=True)
+    pair_tbps: float | None = _f(None, "number", "DCI capacity between two DCs, Tbit/s; "
+                                 "default a DC's scale-out capacity / bag_oversubscription, "
+                                 "shared by its dcs - 1 peers", lo=0, lo_open=True,
+                                 optional=True)
+    # Meta, "Building Prometheus: how backend aggregation enables gigawatt-scale AI
+    # clusters" (engineering.fb.com, 2026): the super-spine layer joining the buildings of
+    # a multi-building cluster is "typically 4.5:1" oversubscribed from the buildings'
+    # fabrics (and 16-48 Pbit/s join two regions).
+    bag_oversubscription: float = _f(4.5, "number", "a DC's scale-out capacity over its "
+                                     "capacity to the other DCs (when pair_tbps is not given)",
+                                     lo=1)
 
 
 @dataclass(frozen=True)
@@ -337,8 +362,10 @@ class Schedule(_Section):
     recompute: str = _f("selective", "choice", "activation recomputation", choices=RECOMPUTES)
     sequence_parallel: bool = _f(True, "bool", "activations sharded over TP outside "
                                  "attention and MLP (Korthikanti et al. 2022)")
-    optimizer: str = _f("distributed", "choice", "optimizer state: replicated, sharded over "
-                        "DP (distributed), or parameters too (fsdp)", choices=OPTIMIZERS)
+    optimizer: str = _f("zero1", "choice", "ZeRO stage over the data-parallel ranks: "
+                        "replicated (DDP), zero1 (optimizer state sharded: Megatron's "
+                        "distributed optimizer), zero2 (+ gradients, reduce-scattered per "
+                        "microbatch), zero3 (+ parameters: FSDP)", choices=OPTIMIZERS)
     overlap: bool = _f(True, "bool", "gradient sync overlapped with the backward")
     allreduce: str = _f("hierarchical", "choice", "data-parallel reduction across DCs: "
                         "one flat ring, or intra-DC reduce-scatter + inter-DC all-reduce + "
@@ -354,10 +381,14 @@ class Network(_Section):
     """The transport and the control plane of the ECMP baselines."""
 
     SECTION = "network"
-    transport: str = _f("mrc", "choice", "mrc (sprayed, SRv6, no reconvergence), rc (one "
-                        "path per QP, ECMP under BGP/BFD), tcp", choices=TRANSPORTS)
-    qps_per_connection: int = _f(1, "int", "flows per connection and plane (ECMP entropy)",
-                                 lo=1)
+    transport: str = _f("rc", "choice", "mrc (sprayed, SRv6, no reconvergence), rc (RoCE RC "
+                        "as deployed: lossless with PFC, one path per QP, ECMP under "
+                        "BGP/BFD), rc_lossy (the go-back-N RC over lossy FIFOs the emulator "
+                        "measures), tcp", choices=TRANSPORTS)
+    # Llama 3 (Dubey et al. 2024, §3.3.1): "our collective library creates 16 network flows
+    # between two GPUs" and enhanced ECMP hashes them apart.
+    qps_per_connection: int = _f(16, "int", "flows per connection and plane (RC's queue "
+                                 "pairs, TCP's connections: ECMP entropy)", lo=1)
     bfd_interval_ms: float = _f(100.0, "number", "BFD transmit interval, ms", lo=0,
                                 lo_open=True)
     bfd_multiplier: int = _f(3, "int", "BFD detection multiplier", lo=1)
@@ -384,7 +415,7 @@ class Cost(_Section):
 
 
 SECTIONS: dict[str, type[_Section]] = {
-    "model": Model, "gpu": Gpu, "cluster": Cluster, "fabric": Fabric, "dci": Dci,
+    "model": Model, "gpu": Gpu, "cluster": Cluster, "fabric": FabricSection, "dci": Dci,
     "placement": Placement, "schedule": Schedule, "network": Network, "cost": Cost,
 }
 
@@ -401,7 +432,7 @@ class Config:
     model: Model
     gpu: Gpu
     cluster: Cluster
-    fabric: Fabric
+    fabric: FabricSection
     dci: Dci
     placement: Placement
     schedule: Schedule

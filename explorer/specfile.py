@@ -25,13 +25,13 @@ import dataclasses
 import itertools
 import math
 import re
-import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emu import safefs
+from emu import tomlfile
+from emu.errors import EmuError
 from explorer.presets import preset as preset_values
 from explorer.spec import (
     SECTIONS,
@@ -133,28 +133,20 @@ def merge_preset(section: str, given: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"placement.tp=[4,8]"`` -> ``("placement.tp", [4, 8])``; VALUE in TOML syntax, a bare
-    word being a string."""
-    key, sep, raw = text.partition("=")
-    key, raw = key.strip(), raw.strip()
-    if not sep or not key or not raw:
-        raise SpecError(f"--set {text!r}: expected KEY=VALUE, e.g. placement.tp=8")
+    """``"placement.tp=[4,8]"`` -> ``("placement.tp", [4, 8])`` (emu.tomlfile's parser; its
+    error as a SpecError)."""
     try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key, value
+        return tomlfile.parse_override(text)
+    except EmuError as e:
+        raise SpecError(str(e)) from None
 
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
-    """A TOML file as a dict; a missing file or bad TOML is a SpecError naming it."""
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError(f"{what} {str(p)!r} does not exist")
+    """An explore file as a dict (emu.tomlfile's reader; its error as a SpecError)."""
     try:
-        return tomllib.loads(safefs.read_input(p, what))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise SpecError(f"{p}: not valid TOML: {e}") from None
+        return tomlfile.read_toml(path, what)
+    except EmuError as e:
+        raise SpecError(str(e)) from None
 
 
 def load(path: str | Path, overrides: Sequence[str] = ()) -> Space:

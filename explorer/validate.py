@@ -10,13 +10,18 @@ row) and ``[[row]]`` tables (``label``, ``measured``, dotted spec keys, optional
 
 The model's one efficiency parameter per GPU type (``gpu.gemm_efficiency``) is fitted
 on one row (``fit = true``, or ``--fit LABEL``): the value at which the model reproduces
-that row exactly. That row is then excluded from scoring. Scored: each row's relative
+that row exactly. That row is then excluded from scoring, and the value is carried to
+every other table of the same GPU. explorer/validate_groups.py pools the scored rows of
+all tables into compute-bound and network-bound groups. Scored: each row's relative
 error, the mean and max absolute error, and Spearman's rank correlation between predicted
 and measured per-GPU throughput over the scored rows (ties get average ranks; a table of
 step times is ranked on model FLOP/s per GPU, since the times mostly rank the model
 sizes, which would make the correlation trivially high). Predictions are of
 the step alone (failures and microbursts are set to zero: the published runs report
-steady-state throughput).
+steady-state throughput). A row that ran but that the memory model refuses is scored on
+its time with the HBM limit lifted and flagged ``memory_refused`` (the memory miss is
+the memory check's to report, explorer/memory_check.py; the row's time is still a
+measurement of the time model).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ METRICS = ("tflops_per_gpu", "step_seconds", "mfu")
 FLOPS = ("megatron", "model")
 _ROW_META = ("label", "measured", "fit", "notes", "paper_params_b")
 STEADY = {"fabric.link_fail_per_hour": 0.0, "fabric.switch_fail_per_hour": 0.0,
-          "fabric.host_fail_per_hour": 0.0, "fabric.burst_hz": 0.0}
+          "cluster.interrupt_per_gpu_hour": 0.0, "fabric.burst_hz": 0.0}
 
 
 @dataclass(frozen=True)
@@ -127,11 +132,21 @@ def _with_efficiency(cfg: Config, eff: float) -> Config:
     return cfg.replace({"gpu.gemm_efficiency": eff})
 
 
+def _evaluate_ran(cfg: Config, cal: Calibration) -> tuple[Breakdown, Config, bool]:
+    """A row that ran: its breakdown, and whether the memory model refused it (then the
+    breakdown is with the HBM limit lifted, module docstring)."""
+    b = evaluate(cfg, cal)
+    if b.feasible or b.reason != "memory":
+        return b, cfg, False
+    lifted = cfg.replace({"gpu.hbm_gib": max(b.memory_gib, cfg.gpu.hbm_gib) * 2})
+    return evaluate(lifted, cal), lifted, True
+
+
 def fit_efficiency(table: Table, row: Row, cal: Calibration) -> float:
     """The gemm_efficiency at which the model reproduces ``row`` (bisection)."""
     def value(eff: float) -> float:
-        cfg = _with_efficiency(row.config, eff)
-        return predict_metric(table, evaluate(cfg, cal), cfg)
+        b, cfg, _ = _evaluate_ran(_with_efficiency(row.config, eff), cal)
+        return predict_metric(table, b, cfg)
     lo, hi = 0.05, 1.0
     # Throughput grows with efficiency; step time falls.
     sign = -1.0 if table.metric == "step_seconds" else 1.0
@@ -172,13 +187,31 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 @dataclass(frozen=True)
+class RowScore:
+    """One row scored: measured and predicted metric, relative error, whether it is
+    scored (not the fit row), the model's exposed scale-out share of its step
+    (``network_share``: pipeline and data-parallel communication and tails over the
+    steady step) and both values as model TFLOP/s per GPU (what rows are ranked on)."""
+
+    label: str
+    measured: float
+    predicted: float
+    error: float
+    scored: bool
+    network_share: float
+    tflops_predicted: float
+    tflops_measured: float
+    memory_refused: bool = False
+
+
+@dataclass(frozen=True)
 class Score:
-    """A table scored: per row (label, measured, predicted, relative error, scored?)."""
+    """A table scored (module docstring)."""
 
     table: Table
     efficiency: float | None
     fit_row: str | None
-    rows: tuple[tuple[str, float, float, float, bool], ...]
+    rows: tuple[RowScore, ...]
     mean_abs_error: float
     max_abs_error: float
     spearman: float
@@ -188,8 +221,32 @@ class Score:
                 "gemm_efficiency": self.efficiency, "fit_row": self.fit_row,
                 "mean_abs_error": self.mean_abs_error, "max_abs_error": self.max_abs_error,
                 "spearman": self.spearman,
-                "rows": [{"label": r[0], "measured": r[1], "predicted": r[2], "error": r[3],
-                          "scored": r[4]} for r in self.rows]}
+                "rows": [{"label": r.label, "measured": r.measured, "predicted": r.predicted,
+                          "error": r.error, "scored": r.scored,
+                          "network_share": r.network_share,
+                          "memory_refused": r.memory_refused} for r in self.rows]}
+
+
+def network_share(b: Breakdown, cfg: Config) -> float:
+    """Exposed scale-out communication over the steady step (pipeline transfers, data
+    parallelism, tails, CP when TP x CP leaves the NVLink domain; TP and CP over NVLink
+    are not the network)."""
+    steady = b.step_s - b.failure_s
+    pl = cfg.placement
+    cp = b.cp_s if pl.tp * pl.cp > cfg.gpu.nvlink_domain else 0.0
+    return (b.pp_s + b.dp_s + b.tail_s + cp) / steady if b.feasible and steady > 0 \
+        else math.nan
+
+
+def tflops(table: Table, value: float, cfg: Config) -> float:
+    """A row's metric as model TFLOP/s per GPU (without recomputation), so that rows of
+    any table rank together."""
+    gpus = sum(cfg.cluster.gpus)
+    if table.metric == "step_seconds":
+        return _paper_flops(cfg, "model") / (value * gpus) / 1e12
+    if table.metric == "mfu":
+        return value * cfg.gpu.peak_tflops
+    return value * _paper_flops(cfg, "model") / _paper_flops(cfg, table.flops)
 
 
 def score(table: Table, cal: Calibration, fit: str | None = None,
@@ -208,13 +265,17 @@ def score(table: Table, cal: Calibration, fit: str | None = None,
     out, ranked = [], []
     for r in table.rows:
         cfg = r.config if efficiency is None else _with_efficiency(r.config, efficiency)
-        pred = predict_metric(table, evaluate(cfg, cal), cfg)
+        b, cfg, refused = _evaluate_ran(cfg, cal)
+        pred = predict_metric(table, b, cfg)
         err = (pred - r.measured) / r.measured if math.isfinite(pred) else math.nan
-        out.append((r.label, r.measured, pred, err, r.label != fit_row))
+        tp = tflops(table, pred, cfg) if math.isfinite(pred) else math.nan
+        out.append(RowScore(r.label, r.measured, pred, err, r.label != fit_row,
+                            network_share(b, cfg), tp, tflops(table, r.measured, cfg),
+                            refused))
         if r.label != fit_row and math.isfinite(pred):
             ranked.append((rank_value(table, pred, cfg), rank_value(table, r.measured, cfg)))
-    scored = [x for x in out if x[4]]
-    errs = [abs(x[3]) for x in scored]
+    scored = [x for x in out if x.scored]
+    errs = [abs(x.error) for x in scored]
     finite = [e for e in errs if math.isfinite(e)]
     rho = spearman([x[0] for x in ranked], [x[1] for x in ranked]) \
         if len(finite) == len(errs) and len(scored) > 2 else math.nan
@@ -225,13 +286,18 @@ def score(table: Table, cal: Calibration, fit: str | None = None,
 
 def scores(tables: Sequence[str | Path], cal: Calibration, fit: Mapping[str, str] | None = None
            ) -> list[Score]:
-    """Score several tables; a fit in the first table carries to the others (same GPU)."""
+    """Score several tables. The one fitted parameter is per GPU type (its peak): a table
+    with a fit row fits it, the others of that GPU carry it (tables with a fit row
+    first, so the order of ``tables`` does not matter)."""
+    loaded = [load_table(p) for p in tables]
+    loaded.sort(key=lambda t: not any(r.fit for r in t.rows))
+    eff: dict[float, float] = {}
     out: list[Score] = []
-    eff = None
-    for path in tables:
-        t = load_table(path)
-        s = score(t, cal, (fit or {}).get(t.name), eff if not any(r.fit for r in t.rows)
-                  else None)
-        eff = s.efficiency if s.efficiency is not None else eff
+    for t in loaded:
+        gpu = t.rows[0].config.gpu.peak_tflops
+        own = (fit or {}).get(t.name) or any(r.fit for r in t.rows)
+        s = score(t, cal, (fit or {}).get(t.name), None if own else eff.get(gpu))
+        if s.efficiency is not None and own:
+            eff[gpu] = s.efficiency
         out.append(s)
     return out

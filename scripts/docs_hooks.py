@@ -204,49 +204,32 @@ def _default(key: str, *classes: type) -> object:
 def experiment_page() -> str:
     import workloads.experiment as ex
     from emu.failure_kinds.registry import VOCABULARY
-    from workloads.dblpconfig import POLICIES, DblpConfig
-    from workloads.experiment import config, loading, tables
-    from workloads.fill import FILLS
-    from workloads.phase import PhaseAwareConfig
+    from workloads.experiment import reference, schema
 
-    choices: dict[str, tuple[str, ...]] = {
-        "clock": config.CLOCKS, "fabric.control_plane": config.CONTROL_PLANES,
-        "transport.name": config.TRANSPORTS, "transport.collective": config.COLLECTIVES,
-        "transport.dblp.policy": POLICIES,
-        "transport.dblp.fill": FILLS, "workload.kind": config.KINDS,
-        "workload.model": config.MODELS, "workload.lr_schedule": config.LR_SCHEDULES,
-        "workload.compute": config.COMPUTE_MODES,
-    }
-    sections: list[tuple[str, tuple[str, ...], tuple[type, ...]]] = [
-        ("top level", tuple(k for k in loading.TOP
-                            if k not in ("fabric", "transport", "workload", "event")),
-         (config.Experiment,)),
-        ("[fabric]", tables.FABRIC, (config.FabricConfig,)),
-        ("[transport]", tuple(k for k in tables.TRANSPORT if k != "dblp"),
-         (config.TransportConfig,)),
-        ("[transport.dblp]", tables.DBLP, (DblpConfig, PhaseAwareConfig)),
-        ("[workload]", tables.WORKLOAD, (config.WorkloadConfig,)),
-    ]
     parts = ["# Experiment files\n",
-             GENERATED_NOTE.format(src="`workloads/experiment/__init__.py` (the reference), "
-                                   "`tables.py` (the keys), `config.py` (the defaults) and "
-                                   "the failure-kind registry (the timeline verbs)"),
-             "`emu run FILE` runs one; `emu sweep` runs a grid of them. "
+             GENERATED_NOTE.format(src="`workloads/experiment/schema.py` (every key's default, "
+                                   "rule and meaning, read off the dataclasses that own "
+                                   "them), the package's docstring and the failure-kind "
+                                   "registry (the timeline verbs)"),
+             "`emu run FILE` runs one; `emu sweep` runs a grid of them; `emu run --keys` "
+             "prints the table below. "
              "A tutorial: [first experiment](../tutorial/first-experiment.md).\n",
-             "## The file, key by key\n",
+             "## The file\n",
              docstring_md(ex.__doc__ or ""),
-             "## Keys and their defaults\n",
-             "Each default is the one the loader fills in (the dataclass that owns it). "
-             "*required* keys have none.\n"]
-    for title, keys, classes in sections:
-        prefix = "" if title == "top level" else title.strip("[]") + "."
-        rows = []
-        for key in keys:
-            dotted = prefix + key
-            vocab = choices.get(dotted)
-            rows.append((f"`{dotted}`", _value(_default(key, *classes)),
-                         ", ".join(f"`{c}`" for c in vocab) if vocab else ""))
-        parts += [f"### {title}\n", _table(("key", "default", "values"), rows)]
+             "## Keys, their defaults, values and meaning\n",
+             "Each default is the one the loader fills in; *required* keys have none. "
+             "A transport's own settings are its table, `[transport.<name>]`.\n"]
+    groups: dict[str, list[tuple[str, ...]]] = {}
+    for k in reference.keys():
+        head, _, _ = k.path.rpartition(".")
+        title = "top level" if not head else f"[{head}]"
+        if head.startswith("transport.") and head.count(".") >= 1:
+            title = f"[{head.split('.')[0]}.{head.split('.')[1]}]"
+        default = k.default if k.default == schema.REQUIRED else _value(k.default)
+        groups.setdefault(title, []).append((f"`{k.path}`", str(default), _cell(k.rule),
+                                             _cell(k.doc)))
+    for title, rows in groups.items():
+        parts += [f"### {title}\n", _table(("key", "default", "values", "what it is"), rows)]
     parts += ["## Timeline verbs\n",
               "What an `[[event]]` table's `do`, a TOML timeline or a Python timeline may "
               "fire, with its arguments (from each failure kind's fields). "
@@ -280,13 +263,13 @@ def sweep_page() -> str:
         "`emu sweep FILE` runs one; [Sweeps](../concepts/sweeps.md) says how. "
         "A tutorial: [first sweep](../tutorial/first-sweep.md).\n",
         docstring_md(sweep.__doc__ or ""),
-        "## Limits\n",
-        _table(("what", "value"), [
-            ("top-level keys", ", ".join(f"`{k}`" for k in sweepfile.TOP)),
-            ("`retries` default", f"`{sweepfile.DEFAULT_RETRIES}`"),
-            ("`retries` at most", f"`{sweepfile.MAX_RETRIES}`"),
-            ("points in a grid, at most", f"`{sweepfile.MAX_POINTS:,}`"),
-        ]),
+        "## Keys, their defaults, values and meaning\n",
+        "From `sweepfile.KEYS`, the table the reader takes its keys and rules from "
+        "(`emu sweep --keys` prints it).\n",
+        _table(("key", "default", "values", "what it is"), [
+            (f"`{k.path}`", str(k.default if k.default == sweepfile.REQUIRED
+                                else _value(k.default)), _cell(k.rule), _cell(k.doc))
+            for k in sweepfile.KEYS]),
     ])
 
 

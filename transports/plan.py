@@ -27,14 +27,19 @@ DEFAULT_CONFIG: Mapping[str, dict[str, Any]] = MappingProxyType(
     {t.name: t.plan_config() for t in registry.REGISTRY})
 
 
+RC_SPORT_BASE = 49152  # a per-plane transport's source ports: this + the connection id
+
+
 def conn_spec(spec: MultiPlaneClos | ScaleAcross, transport: str, a: str, b: str, conn: int,
-              lane: int = 0) -> dict[str, Any]:
+              lane: int = 0, sport_base: int = RC_SPORT_BASE) -> dict[str, Any]:
     """Host ``a``'s end of connection ``conn`` to ``b``, as a driver/endpoint plan entry.
 
     A transport whose paths are SRv6 (MRC, DBLP): every SRv6 path of the pair (transit
     segments) as its EVs, and the NIC (plane) of each. One connection per plane (RC): the
-    QP of plane ``lane`` between the hosts' plane addresses, with one fixed source port
-    (ECMP picks its spine). Otherwise (TCP): the loopbacks.
+    QP of plane ``lane % planes`` between the hosts' plane addresses (a connection split
+    over several QPs per plane has lanes beyond the planes), with one fixed source port
+    per connection, ``sport_base`` + ``conn`` (ECMP picks its spine: another base is
+    another draw of the hash). Otherwise (TCP): the loopbacks.
     """
     caps = registry.get(transport).caps
     c: dict[str, Any] = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
@@ -47,9 +52,9 @@ def conn_spec(spec: MultiPlaneClos | ScaleAcross, transport: str, a: str, b: str
             multi = " or ".join(registry.names(lambda t: t.caps.needs_srv6))
             raise EmuError(f"{transport} needs a single-DC fabric: its per-plane QP addresses "
                            f"are not routed across DCs (use {multi})")
-        c["src_addr"] = str(spec.plane_address(a, lane))
-        c["peer_addr"] = str(spec.plane_address(b, lane))
-        c["sport"] = 49152 + conn  # one fixed 5-tuple: ECMP picks the spine
+        c["src_addr"] = str(spec.plane_address(a, lane % spec.planes))
+        c["peer_addr"] = str(spec.plane_address(b, lane % spec.planes))
+        c["sport"] = sport_base + conn  # one fixed 5-tuple: ECMP picks the spine
     return c
 
 

@@ -36,7 +36,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workloads.data import CharCorpus, DigitsData, Shards, load_char_corpus, load_digits_split
+from workloads.data import (
+    CharCorpus,
+    DigitsData,
+    Shards,
+    load_char_corpus,
+    load_digits_split,
+)
 
 # ---------------------------------------------------------------------------
 # Models

@@ -1,7 +1,7 @@
 """Records that cross the runner/worker process boundary: one frozen dataclass each.
 
-The runner (workloads/training_run.py, workloads/worker_job.py) and a training worker
-(workloads/worker.py) talk in JSON lines, one record per line, each with a ``type`` tag.
+The runner (workloads/training/run.py, workloads/training/worker_job.py) and a training worker
+(workloads/training/worker.py) talk in JSON lines, one record per line, each with a ``type`` tag.
 Every record is defined here once and serialised in one place only
 (workloads/recordcodec.py: ``encode``, ``decode``): nothing is built as a dict on one
 side and read back by string keys on the other.
@@ -19,10 +19,10 @@ Worker to runner (the worker's stdout): ``ready`` (:class:`Ready`), ``step``
 (:class:`StepRecord`), ``eval`` (:class:`EvalRecord`), ``gate``
 (:class:`GateReached`), ``done`` (:class:`Done`), ``error`` (:class:`WorkerError`).
 
-The runner joins the ranks' step records into the job's step (workloads/jobstep.py);
+The runner joins the ranks' step records into the job's step (workloads/training/jobstep.py);
 ``StepRecord.result_fields`` and ``EvalRecord.result_fields`` are the fields of the
-``step`` and ``eval`` records of results.jsonl (workloads/results.py documents them).
-DBLP's settings, which ``WorkerConfig`` carries, are workloads/dblpconfig.py's.
+``step`` and ``eval`` records of results.jsonl (workloads/training/results.py documents them).
+DBLP's settings, which ``WorkerConfig`` carries, are workloads/experiment/dblp.py's.
 
 Gates: a worker blocks after step k when k is its next gate (``WorkerConfig.first_gate``,
 then each ``Release.next_gate``): it reports ``gate``, waits for the runner's
@@ -42,7 +42,7 @@ from typing import Any
 # this module.
 from transports import registry
 from transports.registry import TransportSettings
-from workloads.dblpconfig import DblpConfig
+from workloads.experiment.dblp import DblpConfig
 
 __all__ = [
     "Done", "EvalRecord", "GateReached", "Ready", "Release", "Start", "StepRecord",
@@ -79,20 +79,22 @@ class WorkerConfig:
     transport: str
     transport_config: TransportSettings
     conns: Mapping[int, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
-    collective: str = "ring"
+    # What the experiment resolved: required here, so no default can drift from the
+    # experiment's own (workloads/experiment/config.py, the one place they are written).
+    collective: str
     groups: tuple[tuple[int, ...], ...] | None = None
     dblp: DblpConfig | None = None
-    kind: str = "data_parallel"
+    kind: str
     model: str
     steps: int
     batch_size: int
     microbatches: int | None = None
     lr: float
-    lr_schedule: str = "constant"
+    lr_schedule: str
     eval_every: int
-    compute: str = "measured"
+    compute: str
     compute_ms: float | None = None
-    seed: int = 0
+    seed: int
     first_gate: int | None = None
     inject_error_at_step: int | None = None
     pg_timeout_s: float = 120.0

@@ -71,7 +71,7 @@ def run_rank(cfg: dict) -> dict:
         import torch
 
         torch.set_num_threads(1)
-        from workloads.gloo import init_gloo
+        from workloads.collectives.gloo import init_gloo
 
         dist = init_gloo(cfg["addr"], cfg["master"], GLOO_PORT, cfg["rank"], cfg["size"],
                          timeout_s=120.0)
@@ -82,9 +82,9 @@ def run_rank(cfg: dict) -> dict:
 
         close = dist.destroy_process_group
     else:
-        from workloads import collectives as col
-        from workloads.comm import drive
-        from workloads.transportcomm import TransportComm
+        from workloads.collectives import ops as col
+        from workloads.collectives.comm import drive
+        from workloads.collectives.transportcomm import TransportComm
 
         comm = TransportComm(cfg["transport"], cfg["rank"], cfg["size"],
                              {int(p): c for p, c in cfg["conns"].items()},
@@ -121,7 +121,7 @@ def main() -> int:
 
 def _run(fab, transport: str, hosts: list[str], nbytes: int, iters: int,
          seed: int) -> list[float]:
-    from workloads.transportcomm import plan_conns
+    from workloads.collectives.transportcomm import plan_conns
 
     spec = fab.spec
     ours = registry.get(transport).core is not None

@@ -50,7 +50,7 @@ from emu.microburst import Microburst, MicroburstSpec
 from topologies import LinkSpec, MultiPlaneClos
 from transports.io.tcp import TCP_PORT
 from transports.testing.harness import Transfer, TransferResult, run_transfers
-from workloads.phase import PhaseAware, PhaseAwareConfig, Signals
+from workloads.collectives.phase import PhaseAware, PhaseAwareConfig, Signals
 
 SPEC = MultiPlaneClos(planes=2, spines=4, leaves=4, hosts_per_leaf=3,
                       host_link=LinkSpec(100.0, 16), fabric_link=LinkSpec(100.0, 16))

@@ -15,7 +15,7 @@ figures reported as median and spread:
    step time, the step times inside the failure window, the time lost to it (never
    negative: each step's excess over the run's healthy median), the time to 98 %
    accuracy (training time: evaluation excluded) and, burst by burst, what each burst
-   cost one transport against another (workloads/burst_pairs.py). Failures are
+   cost one transport against another (workloads/training/burst_pairs.py). Failures are
    scheduled by step, so every transport meets them at the same point of training.
 2. The tiny transformer LM (its gradient is 116 k values, so a round has enough
    chunks for a loss tolerance to mean something) under microbursts for the whole
@@ -46,11 +46,11 @@ from emu.errors import require_root
 from emu.fabric import Fabric
 from transports import registry
 from workloads import experiment
-from workloads.burst_pairs import describe_pair, pair_figure
-from workloads.overruns import overrun_stats, refuse_overruns
-from workloads.results import ResultsWriter, read_jsonl
-from workloads.runner import measure_rtt
-from workloads.summary import (
+from workloads.training.burst_pairs import describe_pair, pair_figure
+from workloads.training.overruns import overrun_stats, refuse_overruns
+from workloads.training.results import ResultsWriter, read_jsonl
+from workloads.training.runner import measure_rtt
+from workloads.training.summary import (
     aggregate,
     beyond_spread,
     paired_beyond_spread,
@@ -58,7 +58,7 @@ from workloads.summary import (
     spread_cell,
     summarize_workload,
 )
-from workloads.variants import Variant, run_variants
+from workloads.training.variants import Variant, run_variants
 
 # The reliable transports a training job may use (transports/registry.py), and MRC against
 # each other one: the bench's comparisons

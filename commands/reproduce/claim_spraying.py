@@ -80,7 +80,7 @@ def _measure(p: Mapping[str, Any], ctx: ClaimContext) -> dict[str, Any]:
     from emu.fabric import Fabric
     from topologies.timescale import time_scale
     from transports.testing.harness import Transfer, run_transfers
-    from workloads.calibration_transfers import transport_config
+    from workloads.calibration.transfers import transport_config
 
     spec = bench_spec(float(p["rate_mbit"]), hosts_per_leaf=int(p["hosts_per_leaf"]),
                       queue=int(p["queue_packets"]))

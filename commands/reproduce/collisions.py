@@ -4,7 +4,7 @@ Two expectations, both of the fraction of the ideal (every link of the pattern e
 loaded, as perfect spraying would) that a pattern's aggregate goodput reaches when each
 connection is hashed onto one spine:
 
-* ``occupancy``: the balls-into-bins figure of `workloads.calibration_stats.
+* ``occupancy``: the balls-into-bins figure of `workloads.calibration.stats.
   balls_into_bins`: F connections of a leaf's ECMP group onto its N uplinks,
   E[occupied uplinks] / N (for F = N: 1 - (1 - 1/N)^N), times the share of a host's
   NICs those connections can use. It counts busy uplinks, as if each were full while
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from transports import registry
-from workloads.calibration_stats import balls_into_bins
+from workloads.calibration.stats import balls_into_bins
 
 PATTERNS = ("permutation", "all_to_all")
 

@@ -36,9 +36,9 @@ def measure(p: Mapping[str, Any], ctx: ClaimContext) -> dict[str, Any]:
     from emu.errors import require_root
     from emu.fabric import Fabric
     from topologies.timescale import time_scale
-    from workloads.dblpconfig import CHUNK_BYTES, block_chunks
     from workloads.experiment import parse_fabric
     from workloads.experiment.blocks import model_values
+    from workloads.experiment.dblp import CHUNK_BYTES, block_chunks
 
     require_root("the dblp claim")
     say, reps = ctx.say, ctx.repetitions

@@ -7,7 +7,7 @@ reliable MRC and DBLP phase-aware (error feedback), as the bench; gloo/TCP (the 
 baseline); and the ablation: DBLP at a *fixed* tolerance equal to the phase-aware
 policy's late-phase tolerance. Before anything runs, the experiments' validation checks
 each bounded variant's smallest gradient block (workloads/experiment/blocks.py, by
-workloads/dblpconfig.py ``check_block``): a model whose blocks are too few chunks for the
+workloads/experiment/dblp.py ``check_block``): a model whose blocks are too few chunks for the
 tolerance to let one go is refused with that reason (the digits CNN's are 2 chunks).
 """
 

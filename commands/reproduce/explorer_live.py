@@ -4,7 +4,7 @@ The model's gain of the hierarchical over the flat (ring) all-reduce for the dat
 tiny LM across 2 DCs (experiments/validation/lm_dp_2dc.toml, the experiment of the
 recorded runs in explorer/data/emulator) at one DCI delay: predicted from the shipped
 calibration (`explorer.predict.predict`), then measured on a fresh fabric, both
-collectives interleaved on it (`workloads.runner.run_experiment`) and repeated. A
+collectives interleaved on it (`workloads.training.runner.run_experiment`) and repeated. A
 repetition's step is its median healthy job step after warm-up
 (`explorer.emulator_check.Run.healthy_median`, as the recorded check takes it); the gain
 is ring / hierarchical, paired per repetition.
@@ -34,7 +34,7 @@ def live_gain(ctx: ClaimContext, delay_ms: float, steps: int,
     from explorer.emulator_check import WARMUP, Run
     from explorer.predict import predict
     from workloads.experiment import load, with_overrides
-    from workloads.runner import run_experiment
+    from workloads.training.runner import run_experiment
 
     base = with_overrides(load(EXPERIMENT), {"fabric.dci_delay_ms": float(delay_ms),
                                              "workload.steps": int(steps),
@@ -52,7 +52,7 @@ def live_gain(ctx: ClaimContext, delay_ms: float, steps: int,
                    interleave=True)
     records = [json.loads(line) for line in (out_dir / "results.jsonl").read_text()
                .splitlines() if line.strip()]
-    from workloads.overruns import overrun_stats
+    from workloads.training.overruns import overrun_stats
 
     overruns = {c: [stats.job_fraction if (stats := overrun_stats(records, c, rep)) else 0.0
                     for rep in range(ctx.repetitions)] for c in COLLECTIVES}

@@ -15,7 +15,8 @@ one failure costs a job at full scale:
   loses what its timers cost: a whole RTO at full scale when it stalled for at least one
   emulated RTO floor (``RTO_FLOOR_S``), else its loss in RTTs;
 * RC's queue pairs are bound to a plane: a plane down is an interruption of the job (a
-  restart and half a checkpoint interval, at the Explorer's defaults).
+  restart and half a checkpoint interval, at the Explorer's defaults: the Young/Daly
+  interval of the reference job, Llama 3 405B on 16,384 GPUs).
 
 What a plane down costs MRC beyond its stall, the bandwidth of the lost plane until the
 repair, the Explorer counts apart (its degradation term: a synchronous job at
@@ -27,9 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from explorer.spec import Cluster, Network
-from explorer.spec import Fabric as FabricSection
+from explorer.spec import Cluster, FabricSection, Network
 
+REFERENCE_PARAMS = 405e9  # the reference job of a restart: Llama 3 405B ...
+REFERENCE_GPUS = 16384  # ... on 16,384 GPUs
 REROUTED = ("link_cut", "flap")  # remote switches must withdraw a route (ECMP)
 RTO_FLOOR_S = 0.2  # the emulated ECMP transports' smallest retransmission timeout (TCP's)
 
@@ -45,13 +47,21 @@ class FullScale:
 
     @classmethod
     def explorer_defaults(cls) -> FullScale:
-        """From explorer/spec.py's default fabric, network and cluster."""
+        """From explorer/spec.py's default fabric, network and cluster; the checkpoint
+        interval the Explorer's Young/Daly choice for the reference job
+        (``REFERENCE_PARAMS`` on ``REFERENCE_GPUS``)."""
+        from explorer.failures import checkpoint
+
         fab, net, cl = FabricSection(), Network(), Cluster()
         conv = (net.bfd_interval_ms * net.bfd_multiplier + net.bgp_update_ms
                 + net.fib_update_ms) / 1000.0
+        mtbi = 3600.0 / (cl.interrupt_per_gpu_hour * REFERENCE_GPUS)
+        _, tau = checkpoint({"cluster.checkpoint_gbyte_s": cl.checkpoint_gbyte_s,
+                             "cluster.checkpoint_minutes": float("nan")}, REFERENCE_PARAMS,
+                            mtbi)
         return cls(rtt_s=fab.rtt_us * 1e-6, convergence_s=conv,
                    rto_s={"rc": net.rc_rto_ms / 1000.0, "tcp": net.tcp_rto_ms / 1000.0},
-                   interruption_s=cl.restart_minutes * 60 + cl.checkpoint_minutes * 30)
+                   interruption_s=round(cl.restart_minutes * 60 + float(tau) / 2, 1))
 
     def record(self) -> dict:
         """JSON-able form."""

@@ -1,5 +1,5 @@
 """Claim 1's training figures and table, from the aggregate of the training runs
-(workloads/summary.py's figures: healthy step, worst step in the failure window, time
+(workloads/training/summary.py's figures: healthy step, worst step in the failure window, time
 lost; all on the modelled clock)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Claim 1's training comparison: the digits CNN over each system through failures.
 
-The training bench's machinery (workloads/variants.py: one fabric, repetitions
-interleaved, modelled compute calibrated on the fabric; workloads/summary.py: step
+The training bench's machinery (workloads/training/variants.py: one fabric, repetitions
+interleaved, modelled compute calibrated on the fabric; workloads/training/summary.py: step
 times, the steps inside a failure window, time lost) on the claim's fabric. Failures are
 scheduled by training step (after ``fail_step``, restored after ``restore_step``), so
 every system meets each one at the same point of training. Step times are on the
@@ -16,10 +16,10 @@ from typing import Any
 
 from emu.fabric import Fabric
 from workloads import experiment
-from workloads.overruns import overrun_stats, refuse_overruns
-from workloads.results import ResultsWriter, read_jsonl
-from workloads.summary import aggregate, summarize_workload
-from workloads.variants import Variant, run_variants
+from workloads.training.overruns import overrun_stats, refuse_overruns
+from workloads.training.results import ResultsWriter, read_jsonl
+from workloads.training.summary import aggregate, summarize_workload
+from workloads.training.variants import Variant, run_variants
 
 TRAINING_KINDS = ("link_cut", "spine_down", "gray")
 # The training's gloo rides the kernel's TCP: the "tcp" system of the transfers.

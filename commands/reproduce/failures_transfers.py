@@ -33,7 +33,7 @@ from emu.failures import (
 )
 from topologies import MultiPlaneClos, Role
 from transports.testing.harness import Transfer, TransferResult, run_transfers
-from workloads.calibration_regime import rtt_probe
+from workloads.calibration.regime import rtt_probe
 
 KINDS = ("link_cut", "spine_down", "plane_down", "flap", "gray")
 SYSTEMS = ("mrc", "rc", "tcp")
@@ -192,7 +192,7 @@ def probe_rtt(fab: Fabric, reps: int = 9) -> float:
     """The fabric's RTT for a full data packet (one MRC datagram per plane out, its ACKs
     back) from the first host to the last: the emulated time that stands for the
     full-scale RTT. The median of ``reps`` of the calibration's probes
-    (workloads/calibration_regime.py ``rtt_probe``)."""
+    (workloads/calibration/regime.py ``rtt_probe``)."""
     spec = fab.spec
     assert isinstance(spec, MultiPlaneClos)
     src, dst, _ = endpoints(spec)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from commands.reproduce.claim import ClaimKind, ClaimSpec, ClaimSpecError
 from emu.errors import EmuError
-from workloads.experiment.reader import read_toml
+from emu.tomlfile import read_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAIMS_DIR = ROOT / "experiments" / "reproduce"

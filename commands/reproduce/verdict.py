@@ -19,7 +19,7 @@ from commands.reproduce.claim import Verdict
 def spread(values: Iterable[float]) -> tuple[float, float, float]:
     """(median, lo, hi) of the repetitions' values, lo..hi being the smallest and largest.
 
-    The same convention as `workloads.summary.aggregate` (the spread is the min..max of
+    The same convention as `workloads.training.summary.aggregate` (the spread is the min..max of
     the repetitions). Raises ValueError when there is no finite value.
     """
     vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]

@@ -5,7 +5,7 @@
 * ``grid.json`` and ``grid.csv``: one row per point (index, id, status done / failed /
   missing, its axis values, transport, attempts, error) with every numeric figure of its
   runs' ``summary`` records as the median and spread (smallest, largest) over its
-  repetitions (workloads/summary.py ``aggregate``; the CSV's ``FIG`` column is the
+  repetitions (workloads/training/summary.py ``aggregate``; the CSV's ``FIG`` column is the
   median, ``FIG_lo`` and ``FIG_hi`` the spread). Times are the emulator's: ``step_time``
   says whether a step counts the wall clock of this machine or modelled compute plus
   measured exposed communication; ``time_scale_factor`` turns bandwidth-bound times into
@@ -14,7 +14,7 @@
   exposed communication, time lost to failures, those the runs have) against each axis,
   one line per transport: the median over the points at that axis value of their
   medians, bars from the smallest to the largest repetition among them.
-* ``calibration.json``: the calibration records (version 1, workloads/metrics.py) of
+* ``calibration.json``: the calibration records (version 1, workloads/training/metrics.py) of
   every done point merged into one, each variant keyed ``ID/LABEL`` and carrying its
   ``point`` (index, id, axis values): the explorer reads it with ``--calibration``
   (explorer/calibration.py takes the first variant of each transport), and a script can
@@ -34,9 +34,9 @@ from typing import Any
 from commands.sweep.grid import Point, show
 from commands.sweep.store import SweepStore
 from emu import safefs
-from workloads.metrics import CALIBRATION_FORMAT
-from workloads.results import read_jsonl
-from workloads.summary import aggregate as over_repetitions
+from workloads.training.metrics import CALIBRATION_FORMAT
+from workloads.training.results import read_jsonl
+from workloads.training.summary import aggregate as over_repetitions
 
 __all__ = ["MAIN_FIGURES", "aggregate", "point_rows"]
 

@@ -23,7 +23,10 @@ _DESCRIPTION = (
 def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register `emu sweep` on the top-level subparsers."""
     p = sub.add_parser("sweep", help=_HELP, description=_DESCRIPTION)
-    p.add_argument("file", help="sweep file, e.g. experiments/sweeps/digits_transports_smoke.toml")
+    p.add_argument("file", nargs="?",
+                   help="sweep file, e.g. experiments/sweeps/digits_transports_smoke.toml")
+    p.add_argument("--keys", action="store_true",
+                   help="print every sweep-file key: default, values, meaning")
     p.add_argument("--cluster", default="local", metavar="local|auto|ADDRESS",
                    help="local (default): a one-node Ray cluster on this machine (127.0.0.1 "
                    "only, a fresh token), stopped at the end; auto: the cluster `ray start` "
@@ -46,6 +49,16 @@ def configure(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
 def run(args: argparse.Namespace) -> int:
     """Entry point of `emu sweep`: 0 when every point is done, 1 when some failed."""
     from commands.sweep.run import run_sweep
+
+    if args.keys:
+        from commands.sweep.sweepfile import describe_keys
+
+        print(describe_keys())
+        return 0
+    if not args.file:
+        from emu.errors import EmuError
+
+        raise EmuError("emu sweep needs a sweep file (or --keys to list its keys)")
 
     def say(msg: str) -> None:
         try:

@@ -9,20 +9,22 @@ there is one validator of experiment keys.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from emu.errors import EmuError
+from emu.tomlfile import read_toml
+from transports.core.knobs import field_doc, field_spec, knob
 from workloads.experiment import limits
-from workloads.experiment.reader import Table, read_toml, type_name
+from workloads.experiment.reader import Table, type_name
+from workloads.experiment.schema import REQUIRED, Key
 
-__all__ = ["DEFAULT_RETRIES", "MAX_POINTS", "MAX_RETRIES", "TOP", "SweepFile", "flatten",
-           "load", "parse"]
+__all__ = ["DEFAULT_RETRIES", "KEYS", "MAX_POINTS", "MAX_RETRIES", "REQUIRED", "TOP", "SweepFile",
+           "describe_keys", "flatten", "load", "parse"]
 
-TOP = ("name", "description", "base", "seeds", "repetitions", "retries", "set", "axes",
-       "quick")
 DEFAULT_RETRIES = 1
 MAX_RETRIES = 10
 # A grid is validated point by point (~400 points/s here) before anything runs, and each
@@ -46,8 +48,10 @@ class SweepFile:
     axes: tuple[tuple[str, tuple[Any, ...]], ...]
     fixed: Mapping[str, Any] = field(default_factory=dict)
     quick: Mapping[str, Any] = field(default_factory=dict)
-    repetitions: int | None = None
-    retries: int = DEFAULT_RETRIES
+    repetitions: int | None = knob(None, lo=1, hi=limits.MAX_REPETITIONS,
+                                   doc="every point's repetitions (default: the base's)")
+    retries: int = knob(DEFAULT_RETRIES, lo=0, hi=MAX_RETRIES,
+                        doc="how often a point that failed at run time is run again")
     description: str = ""
     source: str = "<sweep>"
 
@@ -59,6 +63,40 @@ class SweepFile:
             n *= len(values)
         return n
 
+
+def _knob_key(name: str) -> Key:
+    tp, optional, k = field_spec(SweepFile, name)
+    assert k is not None
+    f = next(f for f in dataclasses.fields(SweepFile) if f.name == name)
+    return Key(name, f.default, k.rule(tp) + (" (or unset)" if optional else ""),
+               field_doc(SweepFile, name))
+
+
+# Every key of a sweep file: its default, the values it takes, what it is (the reader's
+# key list, `emu sweep --keys` and the reference page read this one table).
+KEYS: tuple[Key, ...] = (
+    Key("name", REQUIRED, limits.NAME_RULE, "the sweep; names its results directory"),
+    Key("description", "", "a string", "free text"),
+    Key("base", REQUIRED, "the path of an experiment file (.toml), relative to this file, "
+        "else to the working directory", "the experiment every point varies"),
+    Key("seeds", None, "a non-empty array of integers", "an axis of seeds (the base's "
+        "seed key varied last); not together with axes.seed"),
+    _knob_key("repetitions"),
+    _knob_key("retries"),
+    Key("set", {}, "a table of experiment keys (dotted or nested)",
+        "overrides of every point"),
+    Key("axes", {}, "a table of experiment keys, each an array of at least one value",
+        "the grid: every combination of the axes (and seeds) is a point; at least one "
+        f"axis here or seeds, at most {MAX_POINTS:,} points"),
+    Key("quick", {}, "a table of experiment keys", "what --quick adds on top of [set]"),
+)
+TOP = tuple(k.path for k in KEYS)
+
+
+def describe_keys() -> str:
+    """Every key of a sweep file, one block each (``emu sweep --keys``)."""
+    return "\n".join(f"{k.path} = {k.default if k.default == REQUIRED else repr(k.default)}"
+                     f"\n    {k.rule}\n    {k.doc}" for k in KEYS)
 
 def flatten(where: str, table: str, data: object) -> dict[str, Any]:
     """``{"fabric": {"dcs": 2}}`` -> ``{"fabric.dcs": 2}`` (a quoted ``"fabric.dcs"`` key
@@ -94,8 +132,8 @@ def parse(data: Mapping[str, Any], where: str = "<sweep>",
     name = top.get_str("name", pattern=limits.NAME, what=limits.NAME_RULE)
     description = top.get_str("description", "")
     base = _base(top, where, base_dir)
-    repetitions = top.get_int("repetitions", None, 1, limits.MAX_REPETITIONS)
-    retries = top.get_int("retries", DEFAULT_RETRIES, 0, MAX_RETRIES)
+    repetitions = top.get_field(SweepFile, "repetitions")
+    retries = top.get_field(SweepFile, "retries")
     fixed = flatten(where, "set", data.get("set", {}))
     quick = flatten(where, "quick", data.get("quick", {}))
     raw_axes = flatten(where, "axes", data.get("axes", {}))

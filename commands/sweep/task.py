@@ -82,7 +82,7 @@ def run_point(task: PointTask, node: str | None = None) -> PointOutcome:
     # Imported here: the head reads outcomes without loading the runner.
     from commands.sweep.grid import point_id
     from workloads import experiment
-    from workloads.runner import run_experiment
+    from workloads.training.runner import run_experiment
 
     start = time.time()
     where = node or socket.gethostname()

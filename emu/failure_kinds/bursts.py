@@ -50,7 +50,7 @@ class Microbursts(FailureKind):
     ``note`` when the burst can only delay). ``restore`` stops the senders and returns the
     drops measured at the target FIFO, ``delay_only`` (true: nothing dropped there),
     drops per burst, the final start offsets, and ``burst_start`` again, so that the two
-    records pair up (workloads.metrics.failure_windows matches a restore to its apply by
+    records pair up (workloads.training.metrics.failure_windows matches a restore to its apply by
     their keys).
     """
 

@@ -8,9 +8,9 @@ import pytest
 
 from emu.kernel import htb_class
 from topologies import LinkSpec, MultiPlaneClos
-from workloads.calibrate import Calibration
-from workloads.calibration_plan import Plan
-from workloads.calibration_schema import load
+from workloads.calibration.calibrate import Calibration
+from workloads.calibration.plan import Plan
+from workloads.calibration.schema import load
 
 pytestmark = pytest.mark.root
 

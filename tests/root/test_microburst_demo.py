@@ -24,7 +24,7 @@ from emu.microburst import Microburst, MicroburstSpec, arm_all, fire_all
 from emu.timeline import Timeline, TimelineRunner, at, microburst, restore
 from topologies import LinkSpec, MultiPlaneClos
 from workloads.experiment import load
-from workloads.metrics import failure_windows
+from workloads.training.metrics import failure_windows
 
 from .burstnoise import CpuWakeups, conclusive, excused, held_back
 

@@ -13,26 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from workloads.results import read_jsonl
+from workloads.training.results import read_jsonl
+
+from .procs import small_run
 
 pytestmark = pytest.mark.root
 
 REPO = Path(__file__).resolve().parents[2]
 EMU = str(Path(sys.executable).parent / "emu")  # the installed entry point, as users run it
 
-SMALL_RUN = """\
-name = "sectest"
-[fabric]
-planes = 2
-spines = 2
-leaves = 2
-hosts_per_leaf = 1
-[workload]
-model = "digits_cnn"
-workers = 2
-steps = 4
-batch_size = 32
-"""
+SMALL_RUN = small_run("sectest", steps=4)
 
 
 def as_nobody(*argv: str) -> None:

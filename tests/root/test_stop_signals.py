@@ -23,25 +23,15 @@ import pytest
 
 from emu import registry
 
+from .procs import process_tree, small_run
+
 pytestmark = pytest.mark.root
 
 REPO = Path(__file__).resolve().parents[2]
 UP_TIMEOUT_S = 240.0  # the demo's BGP fabric on 2 loaded cores
 STOP_TIMEOUT_S = 120.0
 
-SMALL_RUN = """\
-name = "sigrun"
-[fabric]
-planes = 2
-spines = 2
-leaves = 2
-hosts_per_leaf = 1
-[workload]
-model = "digits_cnn"
-workers = 2
-steps = 100000
-batch_size = 32
-"""
+SMALL_RUN = small_run("sigrun", steps=100000)
 
 
 def _cmd(tmp: Path, which: str) -> tuple[list[str], Path | None]:
@@ -70,27 +60,9 @@ def _cmd(tmp: Path, which: str) -> tuple[list[str], Path | None]:
     return [sys.executable, "-m", "commands.cli", *args], keep
 
 
-def _tree(pid: int) -> set[int]:
-    """``pid`` and every process descended from it."""
-    parent: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(entry.path, "stat").read_text()
-            except OSError:
-                continue
-            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    tree, grew = {pid}, True
-    while grew:
-        more = {c for c, p in parent.items() if p in tree} - tree
-        tree |= more
-        grew = bool(more)
-    return tree
-
-
 def _own_states(pid: int) -> list[registry.FabricState]:
     """The fabrics ``pid`` or one of its descendants (`emu bench sweep`'s runs) owns."""
-    tree = _tree(pid)
+    tree = process_tree(pid)
     return [s for s in registry._states() if s.owner_pid in tree]
 
 

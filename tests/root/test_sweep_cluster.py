@@ -27,28 +27,15 @@ import pytest
 from commands.sweep import cluster
 from emu.errors import EmuError
 
+from .procs import small_run
+
 pytestmark = pytest.mark.root
 
 REPO = Path(__file__).resolve().parents[2]
 EMU = str(Path(sys.executable).parent / "emu")
 TOKEN = "0123456789abcdef" * 4
 # One point, the smallest run (2 workers on a 2 x 2 x 2 x 1 fabric, 8 steps).
-BASE = """\
-name = "sweepsec"
-seed = 1
-[fabric]
-planes = 2
-spines = 2
-leaves = 2
-hosts_per_leaf = 1
-[workload]
-model = "digits_cnn"
-workers = 2
-steps = 8
-batch_size = 32
-eval_every = 4
-target_accuracy = 0.5
-"""
+BASE = small_run("sweepsec", steps=8, extra='eval_every = 4\ntarget_accuracy = 0.5\n')
 
 
 def _sweep(d: Path) -> Path:

@@ -20,10 +20,10 @@ from emu.errors import EmuError
 from emu.fabric import Fabric
 from topologies import MultiPlaneClos
 from workloads import experiment
-from workloads.collective_check import check_collectives, inputs
-from workloads.results import ResultsWriter, read_jsonl
-from workloads.schedule import lr_at_step
-from workloads.training_run import run_on_fabric
+from workloads.collectives.check import check_collectives, inputs
+from workloads.training.results import ResultsWriter, read_jsonl
+from workloads.training.run import run_on_fabric
+from workloads.training.schedule import lr_at_step
 
 pytestmark = pytest.mark.root
 
@@ -120,7 +120,7 @@ def test_two_workers_follow_the_single_process_loss_curve(fab, tmp_path, transpo
 def test_a_captured_run_has_a_pcap_per_port_that_decodes_on_its_clock(fab, tmp_path):
     from transports.core import wire
     from transports.core.scapy_layer import SaeTransport, read_pcap
-    from workloads.variants import Variant, run_variants
+    from workloads.training.variants import Variant, run_variants
 
     exp = _digits_exp("mrc", 2, 6)
     points = [(exp.hosts()[0], "p0"), (exp.hosts()[0], "p1")]
@@ -176,7 +176,7 @@ def test_dblp_training_reports_its_rounds(fab, tmp_path):
 
 
 def test_a_crashing_worker_ends_the_run_with_its_traceback(fab, tmp_path, monkeypatch):
-    import workloads.training_run as runner  # the module run_on_fabric looks it up in
+    import workloads.training.run as runner  # the module run_on_fabric looks it up in
 
     orig = runner.worker_configs
 

@@ -12,7 +12,7 @@ INF = float("inf")
 class LossBound:
     """How much of a message may be lost: ``tolerance`` of its chunks, or what the
     ``deadline_s`` (seconds after ``post_recv``) leaves. What the caller does with the
-    missing chunks (a fill policy: workloads/fill.py) is not the transport's business:
+    missing chunks (a fill policy: workloads/collectives/fill.py) is not the transport's business:
     it only reports them."""
 
     tolerance: float = 0.0

@@ -29,9 +29,11 @@ from typing import Any, TypeVar
 
 from topologies.validate import InvalidValue, check_int, check_number, int_rule, number_rule
 
-__all__ = ["Knob", "UnknownKey", "check_knobs", "describe", "knob", "settings_from"]
+__all__ = ["DOC", "Knob", "UnknownKey", "check_knobs", "describe", "documented", "field_doc",
+           "field_spec", "knob", "settings_from"]
 
 _KNOB = "knob"  # the dataclass field metadata key
+DOC = "doc"  # the metadata key of what a field is, in words
 _S = TypeVar("_S")
 
 
@@ -78,12 +80,35 @@ class Knob:
         return check_number(name, value, lo, self.hi, lo_open=self.lo_open, hi_open=self.hi_open)
 
 
-def knob(default: Any, *, lo: float | None = None, hi: float | None = None,
-         lo_open: bool = False, hi_open: bool = False,
-         choices: tuple[str, ...] | None = None) -> Any:
-    """A settings field: its default and the values it takes (see ``Knob``)."""
+def knob(default: Any = dataclasses.MISSING, *, lo: float | None = None,
+         hi: float | None = None, lo_open: bool = False, hi_open: bool = False,
+         choices: tuple[str, ...] | None = None, doc: str = "") -> Any:
+    """A settings field: its default (none: a required field), the values it takes (see
+    ``Knob``) and, for the reference pages and ``--keys`` listings, what it is (``doc``)."""
     return dataclasses.field(default=default, metadata={
-        _KNOB: Knob(lo, hi, lo_open, hi_open, choices)})
+        _KNOB: Knob(lo, hi, lo_open, hi_open, choices), DOC: doc})
+
+
+def documented(default: Any = dataclasses.MISSING, *, doc: str) -> Any:
+    """A field that is no knob (its values are checked elsewhere, e.g. by a topology
+    dataclass) but says what it is (``doc``)."""
+    return dataclasses.field(default=default, metadata={DOC: doc})
+
+
+def field_spec(cls: type, name: str) -> tuple[type, bool, Knob | None]:
+    """Field ``name`` of settings class ``cls``: its base type, whether None is allowed,
+    and its knob (None: not a knob)."""
+    for fname, tp, optional, k in _class_fields(cls):
+        if fname == name:
+            return tp, optional, k
+    raise KeyError(f"{cls.__name__} has no field {name!r}")
+
+
+def field_doc(cls: type, name: str) -> str:
+    """What field ``name`` of dataclass ``cls`` is, as its ``doc`` metadata says ("")."""
+    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    return "" if f is None else str(f.metadata.get(DOC, ""))
+
 
 
 class UnknownKey(ValueError):

@@ -1,4 +1,4 @@
-"""Run message transfers over a fabric with one driver process per host.
+"""Run message transfers over a fabric: engine processes serving the hosts (one per core).
 
     res = run_transfers(fab, "mrc", [Transfer("h0", "h15", 4 << 20)])
 
@@ -10,7 +10,9 @@ kernel's TCP gets one driver process per host inside its namespace. MRC: one con
 per host pair (both directions share it) with every SRv6 path of the pair as
 its EVs. RC: as RoCE on a multi-plane NIC, one connection (QP) per plane,
 between the two hosts' plane-p addresses, each with one fixed 5-tuple (ECMP
-picks its spine), and each message striped evenly over the planes. TCP: one
+picks its spine), and each message striped evenly over the planes; with ``qps``
+> 1, ``qps`` QPs per plane, each its own 5-tuple, the message striped over all of
+them (NCCL_IB_QPS_PER_CONNECTION, the "enhanced ECMP" of production RoCE). TCP: one
 kernel connection per pair from the loopbacks (ECMP picks plane and spine).
 All drivers start sending at one common CLOCK_MONOTONIC instant.
 """
@@ -28,7 +30,7 @@ from emu.fabric import Fabric
 from emu.launch import Child, ChildGroup
 from emu.netns import NETNS_RUN_DIR
 from transports import registry
-from transports.plan import conn_spec
+from transports.plan import RC_SPORT_BASE, conn_spec
 
 READY_TIMEOUT_S = 60.0  # for every driver to bind its sockets on a busy machine
 
@@ -84,22 +86,27 @@ class TransferResult:
 
 
 def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict | None = None,
-                   deadline_s: float = 60.0, seed: int = 0
+                   deadline_s: float = 60.0, seed: int = 0, qps: int = 1,
+                   sport_base: int = RC_SPORT_BASE
                    ) -> tuple[dict[str, dict], dict[int, list[int]]]:
     """Every host's driver plan for ``transfers``, and each transfer's message ids (one
-    per lane: RC stripes a message over one QP per plane). A transfer with ``after``
+    per lane: RC stripes a message over ``qps`` QPs per plane). A transfer with ``after``
     waits for *every* lane's part of the earlier one (``after`` is then a list of ids)."""
     try:
         t_decl = registry.get(transport, lambda t: t.caps.transfers, "a transfer driver's")
     except registry.UnknownTransport as e:
         raise EmuError(str(e)) from None
+    if type(qps) is not int or qps < 1 or (qps > 1 and not t_decl.caps.per_plane):
+        raise EmuError(f"qps={qps!r} is invalid: an integer >= 1, above 1 only for a "
+                       "transport of queue pairs per plane (rc; the others have no QPs to "
+                       "split)")
     for t in transfers:
         spec.node(t.src), spec.node(t.dst)
         if t.src == t.dst or t.size < 0:
             raise EmuError(f"invalid transfer {t}: src != dst and size >= 0 required")
     pairs: dict[tuple[frozenset, int], int] = {}
     plans: dict[str, dict] = {}
-    lanes = spec.planes if t_decl.caps.per_plane else 1  # connections per host pair
+    lanes = spec.planes * qps if t_decl.caps.per_plane else 1  # connections per host pair
 
     def plan_of(host: str) -> dict:
         return plans.setdefault(host, {
@@ -115,7 +122,8 @@ def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict
             if key not in pairs:
                 conn = pairs[key] = len(pairs) + 1
                 for a, b in ((t.src, t.dst), (t.dst, t.src)):
-                    plan_of(a)["conns"].append(conn_spec(spec, transport, a, b, conn, lane))
+                    plan_of(a)["conns"].append(conn_spec(spec, transport, a, b, conn, lane,
+                                                         sport_base))
             size = t.size // lanes + (1 if lane < t.size % lanes else 0)
             mid = len(parts) * lanes + lane + 1
             msg: dict[str, Any] = {"conn": pairs[key], "msg": mid, "size": size,
@@ -123,8 +131,8 @@ def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict
             if t.after is not None:
                 if not 0 <= t.after < i:
                     raise EmuError(f"transfer {i}: after={t.after} must name an earlier one")
-                # every lane's part of the earlier transfer (RC stripes a message over one
-                # QP per plane): a round starts only when the whole previous round is done
+                # every lane's part of the earlier transfer (RC stripes a message over its
+                # QPs): a round starts only when the whole previous round is done
                 msg["after"] = list(parts[t.after])
             if t.bound is not None:
                 msg["bound"] = t.bound
@@ -185,13 +193,16 @@ def engine_results(children: Iterable[tuple[str, Child]], timeout: float
 
 def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
                   config: dict | None = None, deadline_s: float = 60.0, seed: int = 0,
-                  on_start=None, engines: int | None = None,
-                  tick_s: float | None = None) -> TransferResult:
-    """Run ``transfers`` with ``transport``; ``on_start(t0)`` is called at the common start.
-    A userspace transport's hosts are served by ``engines`` processes (default: one per
-    core of the machine), waking at most every ``tick_s`` (default: the driver's,
-    transports/io/tick.py)."""
-    plans, parts = plan_transfers(fab.spec, transport, transfers, config, deadline_s, seed)
+                  on_start=None, qps: int = 1, sport_base: int = RC_SPORT_BASE,
+                  engines: int | None = None, tick_s: float | None = None
+                  ) -> TransferResult:
+    """Run ``transfers`` with ``transport``; ``on_start(t0)`` is called at the common start;
+    ``qps``: RC's queue pairs per plane and connection (module docstring); ``sport_base``:
+    RC's first source port (transports/plan.py's ``conn_spec``). A userspace transport's
+    hosts are served by ``engines`` processes (default: one per core of the machine),
+    waking at most every ``tick_s`` (default: the driver's, transports/io/tick.py)."""
+    plans, parts = plan_transfers(fab.spec, transport, transfers, config, deadline_s, seed,
+                                  qps, sport_base)
     kernel = registry.get(transport).core is None
     with ChildGroup() as group:
         if kernel:  # the kernel's TCP: a process in each host's namespace

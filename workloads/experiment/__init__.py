@@ -13,68 +13,40 @@ A Python timeline (``timeline = "x.py"``) is code: one that only declares events
 without running it, but any other runs, as root, when ``emu run`` starts (before the
 fabric is built), with everything root can do. Name only scripts you trust.
 
-Reference (every key; ``#`` gives the default, *required* marks the required ones)::
+Every key, its default, the values it takes and what it is: ``emu run --keys`` (from
+schema.py, which reads them off the dataclasses that own them; the docs' reference page
+is generated from the same). An example::
 
-    name = "digits-mrc-linkcut"    # *required*, [A-Za-z0-9][A-Za-z0-9_.-]*, at most 239
-                                   # bytes (it names results/NAME-YYYYmmdd-HHMMSS)
-    description = "..."            # optional free text
-    seed = 1                       # 0; repetition k uses seed + k
-    repetitions = 1                # 1; >= 1; with several variants (emu run --transports)
-                                   # they run interleaved on one fabric: repetition 0 of
-                                   # every variant, then repetition 1, ...
-    timeline = "../failures/spine_link_cut.py"  # optional failure timeline file (.py/.toml),
-                                   # relative to this file, else to the working directory;
-                                   # not together with [[event]]; a .py one is code that
-                                   # may run as root (above)
-    clock = "wall"                 # "wall" | "modelled": what an event's `at` counts.
-                                   # wall: seconds on the wall clock from the start of
-                                   # training; modelled: seconds of the training time the
-                                   # run reports (modelled compute + exposed communication
-                                   # per step; measured compute: the steps' time without
-                                   # evaluation), the event firing at the first step
-                                   # boundary that reached it, with every rank held there
-                                   # until it is applied (record: step, train_s, late_ms).
-                                   # Must stay "wall" with `at_step` events (it would
-                                   # mean nothing there)
+    name = "digits-mrc-linkcut"
+    seed = 1
+    timeline = "../failures/spine_link_cut.py"
 
-    [fabric]                       # the whole table is optional; defaults and bounds are
-                                   # the topology's (MultiPlaneClos, its LinkSpec, DciSpec),
-                                   # and their errors name these keys
-    planes = 2                     # 2; [1, 16]
-    spines = 4                     # 4; spines per plane, [1, 64]
-    leaves = 4                     # 4; leaves (racks) per plane, [1, 64]
-    hosts_per_leaf = 4             # 4; [1, 64]
-    rate_mbit = 100.0              # 100.0; host links, in [0.01, 40000]
-    fabric_rate_mbit = 100.0       # rate_mbit; leaf-spine links, in [0.01, 40000]
-    queue_packets = 100            # 100; egress FIFO depth, in [1, 2**31 - 1]
-    control_plane = "static"       # "static" | "bgp" (bgp: one DC only)
-    dcs = 1                        # 1; > 1 makes a ScaleAcross of identical DCs
-    dci_rate_mbit = 100.0          # 100.0; DCI links (used when dcs > 1)
-    dci_delay_ms = 5.0             # 5.0 (DciSpec's); one-way DCI delay in [0, 1000]
-                                   # (used when dcs > 1)
-    dci_loss = 0.0                 # 0.0; DCI random loss in [0, 1] (used when dcs > 1)
+    [fabric]
+    planes = 2
+    rate_mbit = 100.0
 
-    [transport]                    # optional
-    name = "mrc"                   # "mrc" | "rc" | "dblp" | "gloo" (torch.distributed on TCP)
-    collective = "ring"            # "ring" | "transpose" | "hierarchical"; default "ring",
-                                   # "transpose" for dblp (the only one dblp takes);
-                                   # hierarchical needs dcs > 1 and workers in >= 2 DCs;
-                                   # gloo: "ring" only (its own all-reduce);
-                                   # not allowed for pipelines (activations go point to point)
+    [transport]
+    name = "mrc"
 
-    [transport.mrc]                # the chosen transport's own table, optional; a table of
-    rto_max = 1.0                  # another transport is refused. Any field of its settings
-    selector = "bitmap"            # dataclass (transports/registry.py: MrcConfig, RcConfig,
-    [transport.mrc.nscc]           # DblpCoreConfig, GlooConfig), each checked by its rule
-    target_frac = 0.5              # (an unknown key lists the valid ones); defaults: the
-                                   # registry's run defaults (rto_max = 2.0 for mrc, rc, dblp;
-                                   # rc: aimd = true), the rest the dataclass's
+    [transport.mrc]                # the chosen transport's own settings (optional)
+    rto_max = 1.0
+    [transport.mrc.nscc]
+    target_frac = 0.5
+
+    [workload]
+    model = "digits_cnn"
+    workers = 4
+    steps = 200
+    compute = "modelled"
+    compute_ms = 20.0
+
+A bounded-loss transport's table also holds its tolerance policy::
 
     [transport.dblp]               # only with name = "dblp" (optional there): DBLP's
                                    # settings (as [transport.mrc]'s, and linger_s) and its
                                    # tolerance policy:
     policy = "phase_aware"         # "phase_aware" | "fixed" | "optireduce"
-    fill = "error_feedback"        # workloads.fill.FILLS
+    fill = "error_feedback"        # workloads.collectives.fill.FILLS
     tolerance = 0.05               # fixed only: 0.05; in [0, 1)
     base = 0.05                    # phase_aware only: every PhaseAwareConfig field
     cap = 0.2                      #   (base, cap, critical_epochs, window, eta, lr_scaling),
@@ -95,36 +67,6 @@ Reference (every key; ``#`` gives the default, *required* marks the required one
                                    # else DBLP would run as reliable MRC: refused, naming
                                    # that key (the digits CNN's blocks are 2 chunks: a
                                    # tolerance >= 0.5; blocks.py)
-
-    [workload]                     # *required*
-    kind = "data_parallel"         # "data_parallel" | "pipeline"
-    model = "digits_cnn"           # *required*: "digits_cnn" | "tiny_lm"
-    workers = 4                    # *required*: data_parallel >= 1, pipeline (stages) >= 2;
-                                   # at most the fabric's hosts
-    hosts = ["h0", "h3"]           # optional placement: distinct hosts, len == workers
-    steps = 200                    # *required*, >= 1
-    batch_size = 64                # 64; the global batch: divisible by workers (data_parallel)
-                                   # or by microbatches (pipeline); at most the model's
-                                   # training samples (digits_cnn 1437; tiny_lm about 38700,
-                                   # from the installed scikit-learn's text)
-    microbatches = 4               # pipeline only: 4; >= 1
-    lr = 0.05                      # 0.05; > 0
-    lr_schedule = "cosine"         # "cosine" | "constant"
-    target_accuracy = 0.9          # digits_cnn only, optional: test accuracy in (0, 1]
-    target_loss = 2.0              # tiny_lm only, optional: validation loss > 0
-    eval_every = 10                # 10; steps between evaluations, >= 1
-    compute = "measured"           # "measured" | "modelled"
-    compute_ms = 20.0              # modelled only, optional (> 0, at most one hour of
-                                   # compute per step): absent = calibrated on the
-                                   # fabric before the runs, as in the run (a short run with
-                                   # measured compute over each variant's transport: the
-                                   # 99th percentile of the ranks' forward + backward x 2;
-                                   # workloads/compute_model.py); pipelines: required, one
-                                   # microbatch's forward + backward on one stage
-    allow_overruns = false         # modelled only: false; a run in which the real compute
-                                   # overran the model in more than 5 % of its steps (a step
-                                   # overruns when any rank's does) ends with an error after
-                                   # its results are written; true accepts it
 
     [[event]]                      # optional failure timeline, the emu/timeline.py TOML format;
     at = 5.0                       # seconds from the start of training (see `clock`), or
@@ -151,7 +93,7 @@ and loading.py (``load``, ``parse``).
 
 from __future__ import annotations
 
-from workloads.dblpconfig import POLICIES, DblpConfig
+from emu.tomlfile import parse_override
 from workloads.experiment.config import (
     CLOCKS,
     COLLECTIVES,
@@ -167,8 +109,9 @@ from workloads.experiment.config import (
     TransportConfig,
     WorkloadConfig,
 )
+from workloads.experiment.dblp import POLICIES, DblpConfig
 from workloads.experiment.loading import load, parse, parse_fabric
-from workloads.experiment.overrides import parse_override, with_overrides
+from workloads.experiment.overrides import with_overrides
 from workloads.experiment.placement import default_placement
 
 __all__ = [

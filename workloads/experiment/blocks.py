@@ -4,7 +4,7 @@ DBLP bounds each transpose all-reduce round per block: a round of ``n`` chunks m
 ``floor(tolerance x n)`` of them. A model whose blocks are too few chunks for the
 largest tolerance the policy can give (``DblpConfig.largest_tolerance``) lets none go,
 and DBLP would run as reliable MRC while the run claims to measure bounded loss; such an
-experiment is refused with workloads/dblpconfig.py ``check_block``'s reason, naming the
+experiment is refused with workloads/experiment/dblp.py ``check_block``'s reason, naming the
 ``[transport.dblp]`` key. The model's size is counted on the model itself (torch is only
 loaded for an experiment that needs the check: DBLP, data parallel, no deadline).
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from workloads.dblpconfig import CHUNK_BYTES, BlockTooSmall, DblpConfig, check_block
 from workloads.experiment.config import WorkloadConfig
+from workloads.experiment.dblp import CHUNK_BYTES, BlockTooSmall, DblpConfig, check_block
 from workloads.experiment.reader import Table
 
 __all__ = ["check_dblp_blocks", "model_values"]

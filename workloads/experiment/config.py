@@ -21,7 +21,9 @@ from topologies.addressing import MAX_SCALEACROSS_DCS
 from topologies.routing import ECMP_MODES, EcmpMode
 from topologies.validate import InvalidValue, check_int
 from transports import registry
-from workloads.dblpconfig import DblpConfig
+from transports.core.knobs import check_knobs, documented, knob
+from workloads.experiment.dblp import DblpConfig
+from workloads.experiment.limits import MAX_STEPS
 from workloads.experiment.placement import default_placement
 from workloads.experiment.timeline import script_events
 
@@ -84,18 +86,28 @@ class FabricConfig:
     a leaf has ports) raises the topology's own TopologyError.
     """
 
-    planes: int = field_default(MultiPlaneClos, "planes")
-    spines: int = field_default(MultiPlaneClos, "spines")
-    leaves: int = field_default(MultiPlaneClos, "leaves")
-    hosts_per_leaf: int = field_default(MultiPlaneClos, "hosts_per_leaf")
-    rate_mbit: float = _HOST_LINK.rate_mbit
-    fabric_rate_mbit: float = _FABRIC_LINK.rate_mbit
-    queue_packets: int = _HOST_LINK.queue_packets
-    control_plane: EcmpMode = "static"
-    dcs: int = 1
-    dci_rate_mbit: float = field_default(DciSpec, "rate_mbit")
-    dci_delay_ms: float = field_default(DciSpec, "delay_ms")
-    dci_loss: float = field_default(DciSpec, "loss")
+    planes: int = documented(field_default(MultiPlaneClos, "planes"),
+                             doc="planes: independent copies of the fabric, one NIC port each")
+    spines: int = documented(field_default(MultiPlaneClos, "spines"), doc="spines per plane")
+    leaves: int = documented(field_default(MultiPlaneClos, "leaves"),
+                             doc="leaves (racks) per plane")
+    hosts_per_leaf: int = documented(field_default(MultiPlaneClos, "hosts_per_leaf"),
+                                     doc="hosts per rack")
+    rate_mbit: float = documented(_HOST_LINK.rate_mbit, doc="host links' rate, Mbit/s "
+                                  "(100 stands for 100 Gbit/s: the emulated clock)")
+    fabric_rate_mbit: float = documented(_FABRIC_LINK.rate_mbit, doc="leaf-spine links' "
+                                         "rate, Mbit/s (default: rate_mbit)")
+    queue_packets: int = documented(_HOST_LINK.queue_packets,
+                                    doc="every egress FIFO's depth: the switch buffer")
+    control_plane: EcmpMode = documented("static", doc="ECMP routes: static, or learnt by "
+                                         "FRR eBGP with BFD (bgp: one DC only)")
+    dcs: int = documented(1, doc="data centres; > 1 joins identical DCs by DCI links")
+    dci_rate_mbit: float = documented(field_default(DciSpec, "rate_mbit"),
+                                      doc="DCI links' rate, Mbit/s (dcs > 1)")
+    dci_delay_ms: float = documented(field_default(DciSpec, "delay_ms"),
+                                     doc="DCI one-way delay, ms (dcs > 1)")
+    dci_loss: float = documented(field_default(DciSpec, "loss"),
+                                 doc="DCI random loss fraction (dcs > 1)")
 
     def __post_init__(self) -> None:
         # dcs first: the spec below builds that many DCs.
@@ -165,23 +177,47 @@ class TransportConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class WorkloadConfig:
-    """The ``[workload]`` table. ``microbatches`` is None unless ``kind`` is pipeline."""
+    """The ``[workload]`` table, one field per key: its default, the values it takes
+    (``knob``: checked on construction and by the table reader) and what it is (``doc``):
+    the one statement of each, read by the reader (tables.py), ``emu run --keys`` and the
+    reference page (schema.py). Rules between keys (a pipeline's workers, a batch the
+    workers divide) are tables.py's. ``microbatches`` is None unless ``kind`` is
+    pipeline."""
 
-    kind: str = "data_parallel"
-    model: str
-    workers: int
-    hosts: tuple[str, ...] | None = None
-    steps: int
-    batch_size: int = 64
-    microbatches: int | None = None
-    lr: float = 0.05
-    lr_schedule: str = "cosine"
-    target_accuracy: float | None = None
-    target_loss: float | None = None
-    eval_every: int = 10
-    compute: str = "measured"
-    compute_ms: float | None = None
-    allow_overruns: bool = False
+    kind: str = knob("data_parallel", choices=KINDS, doc="data_parallel: every worker "
+                     "trains the whole model on its share of the batch; pipeline: one "
+                     "model stage per worker (GPipe)")
+    model: str = knob(choices=MODELS, doc="digits_cnn: a small CNN on scikit-learn's "
+                      "digits; tiny_lm: a character language model")
+    workers: int = knob(lo=1, doc="one worker per host (a pipeline: at least 2, one stage "
+                        "each, at most the model's stages)")
+    hosts: tuple[str, ...] | None = documented(None, doc="the host of each rank, in rank "
+                                               "order (default: spread over racks)")
+    steps: int = knob(lo=1, hi=MAX_STEPS, doc="training steps")
+    batch_size: int = knob(64, lo=1, doc="the global batch (at most the training set; data "
+                           "parallel: divisible by workers, pipeline: by microbatches)")
+    microbatches: int | None = knob(None, lo=1, doc="a pipeline's microbatches per step "
+                                    f"(default {DEFAULT_MICROBATCHES}; pipelines only)")
+    lr: float = knob(0.05, lo=0.0, lo_open=True, doc="the learning rate")
+    lr_schedule: str = knob("cosine", choices=LR_SCHEDULES, doc="cosine decay to 0 over "
+                            "the steps, or constant")
+    target_accuracy: float | None = knob(None, lo=0.0, hi=1.0, lo_open=True,
+                                         doc="digits_cnn: the accuracy the time to target "
+                                         "is measured to")
+    target_loss: float | None = knob(None, lo=0.0, lo_open=True, doc="tiny_lm: the loss "
+                                     "the time to target is measured to")
+    eval_every: int = knob(10, lo=1, doc="steps between evaluations (rank 0)")
+    compute: str = knob("measured", choices=COMPUTE_MODES, doc="measured: the model's real "
+                        "forward and backward; modelled: a fixed sleep of compute_ms per step "
+                        "(the emulated clock's compute)")
+    compute_ms: float | None = knob(None, lo=0.0, lo_open=True, doc="modelled compute per "
+                                    "step (a pipeline: per microbatch and stage), ms; at most "
+                                    "one hour per step")
+    allow_overruns: bool = knob(False, doc="modelled compute only: keep a run whose real "
+                                "compute overran the model (else it is refused)")
+
+    def __post_init__(self) -> None:
+        check_knobs(self)
 
 
 @dataclass(frozen=True, kw_only=True)

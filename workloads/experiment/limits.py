@@ -14,7 +14,8 @@ built or in an OS call:
 
 The training sets' sizes are worked out here without torch (experiment files are also
 read by the explorer, which loads no torch), from the same sources and splits as
-workloads/data.py; tests/unit/workloads/test_experiment_limits.py holds the two to the same numbers.
+workloads/data.py; tests/unit/workloads/test_experiment_limits.py holds the two to the
+same numbers.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["MAX_NAME_BYTES", "MAX_REPETITIONS", "MAX_STEPS", "MAX_STEP_COMPUTE_MS",
+__all__ = ["MAX_NAME_BYTES", "MAX_REPETITIONS", "MAX_SEED", "MAX_STEPS", "MAX_STEP_COMPUTE_MS",
            "MIN_STEP_S", "NAME", "NAME_RULE", "RESULTS_STAMP", "TextMissing",
            "duration_text", "too_long", "train_samples"]
 
@@ -46,6 +47,8 @@ MAX_STEP_COMPUTE_MS = 3_600_000.0  # one hour of modelled compute per training s
 # the emulated fabric takes at least MIN_STEP_S (the digits CNN's healthy step is ~18 ms
 # on 2 cores): 100,000 steps is half an hour or more per run, 100 repetitions of it days.
 MAX_STEPS = 100_000
+# Seeds feed numpy (< 2**32) as seed + repetition.
+MAX_SEED = 2**32 - 1
 MAX_REPETITIONS = 100
 MIN_STEP_S = 0.01
 

@@ -12,17 +12,16 @@ from typing import Any
 
 from emu import timeline as tl
 from emu.errors import EmuError
-from workloads.experiment import limits, tables
+from emu.tomlfile import read_toml
+from workloads.experiment import limits, schema, tables
 from workloads.experiment.config import CLOCKS, Experiment, FabricConfig, field_default
-from workloads.experiment.reader import Table, read_toml
+from workloads.experiment.reader import Table
 from workloads.experiment.timeline import check_clock, read_timeline
 
 __all__ = ["TOP", "load", "parse", "parse_fabric"]
 
-TOP = ("name", "description", "seed", "repetitions", "timeline", "clock", "fabric",
-       "transport", "workload", "event")
-# Seeds feed numpy (< 2**32) as seed + repetition.
-MAX_SEED = 2**32 - 1
+TOP = (*(k.path for k in schema.TOP), "fabric", "transport", "workload", "event")
+MAX_SEED = limits.MAX_SEED
 
 
 def load(path: str | Path) -> Experiment:

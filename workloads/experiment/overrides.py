@@ -1,15 +1,14 @@
 """Overrides: one experiment varied from the command line without a second file.
 
 ``with_overrides(exp, {"transport.name": "rc"})`` re-validates the experiment's document
-with dotted keys replaced (``None`` removes a key); ``parse_override("workload.steps=50")``
-reads one ``KEY=VALUE`` (VALUE in TOML syntax, a bare word being a string).
+with dotted keys replaced (``None`` removes a key); emu.tomlfile's ``parse_override``
+reads one ``KEY=VALUE`` from the command line.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import tomllib
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +17,7 @@ from workloads.experiment.config import Experiment
 from workloads.experiment.loading import parse
 from workloads.experiment.reader import type_name
 
-__all__ = ["parse_override", "with_overrides"]
+__all__ = ["with_overrides"]
 
 
 def with_overrides(exp: Experiment, overrides: Mapping[str, Any]) -> Experiment:
@@ -49,16 +48,3 @@ def with_overrides(exp: Experiment, overrides: Mapping[str, Any]) -> Experiment:
     # ``source`` stays the file; what was changed is recorded next to it.
     return dataclasses.replace(new, source=exp.source,
                                overrides={**exp.overrides, **copy.deepcopy(dict(overrides))})
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"workload.steps=50"`` -> ``("workload.steps", 50)``; the value is read as TOML
-    (``"[\\"h0\\", \\"h3\\"]"``, ``true``, ``0.5``), a bare word as a string (``rc``)."""
-    key, sep, value = text.partition("=")
-    key, value = key.strip(), value.strip()
-    if not sep or not key:
-        raise EmuError(f"override {text!r}: must be KEY=VALUE, e.g. workload.steps=50")
-    try:
-        return key, tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        return key, value

@@ -9,36 +9,19 @@ a topology's own error. Every error is an :class:`~emu.errors.EmuError` of the f
 
 from __future__ import annotations
 
+import dataclasses
 import re
-import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, NoReturn
 
-from emu import safefs
 from emu.errors import EmuError
 from topologies.validate import InvalidValue, check_int, check_number, int_rule, number_rule
+from transports.core.knobs import field_spec
 
-__all__ = ["REQUIRED", "Table", "read_toml", "type_name"]
+__all__ = ["REQUIRED", "Table", "type_name"]
 
 # The default of a key that must be given (``None`` is a default: "absent means None").
 REQUIRED: Any = object()
-
-
-def read_toml(path: str | Path, what: str) -> dict[str, Any]:
-    """The tables of the TOML file ``path`` (a ``what`` file, e.g. "experiment"), or an
-    EmuError naming the file: missing, not .toml, unreadable, not valid TOML."""
-    p = Path(path)
-    if not p.is_file():
-        raise EmuError(f"{what} file {str(p)!r} does not exist")
-    if p.suffix != ".toml":
-        raise EmuError(f"{what} file {str(p)!r}: must be a .toml file")
-    try:
-        return tomllib.loads(safefs.read_input(p, what))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise EmuError(f"{p}: not valid TOML: {e}") from None
-    except OSError as e:
-        raise EmuError(f"{p}: cannot read: {e.strerror}") from None
 
 
 def type_name(value: object) -> str:
@@ -122,6 +105,24 @@ class Table:
         if not isinstance(v, bool):
             self.fail(name, "must be true or false", v)
         return v
+
+    def get_field(self, cls: type, name: str, default: Any = REQUIRED) -> Any:
+        """Key ``name`` as field ``name`` of the table dataclass ``cls`` takes it: its
+        default (``default`` overrides it) and its rule from the field's knob
+        (transports/core/knobs.py), None when absent and the field may be unset."""
+        tp, optional, k = field_spec(cls, name)
+        assert k is not None, f"{cls.__name__}.{name} is not a knob"
+        if default is REQUIRED:
+            f = next(f for f in dataclasses.fields(cls) if f.name == name)
+            default = REQUIRED if f.default is dataclasses.MISSING else f.default
+        rule = k.rule(tp)
+        v = self._get(name, default, rule)
+        if v is None and optional:
+            return None
+        try:
+            return k.check(name, v, tp)
+        except InvalidValue as e:
+            self.fail(name, f"must be {e.rule}", v)
 
     def get_strs(self, name: str, default: Any = REQUIRED) -> Any:
         """An array of strings, as a tuple (``default`` None: None when absent)."""

@@ -12,7 +12,6 @@ keys means, and what this machine can hold (limits.py).
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 from typing import Any
 
 from emu.errors import EmuError
@@ -20,29 +19,25 @@ from topologies import MultiPlaneClos, Role, ScaleAcross, TopologyError
 from topologies.validate import InvalidValue, number_rule
 from transports import registry
 from transports.core.knobs import UnknownKey
-from workloads.dblpconfig import POLICIES, DblpConfig
+from workloads.collectives.fill import FILLS
+from workloads.collectives.phase import OptiReduceConfig, PhaseAwareConfig
 from workloads.experiment import limits
 from workloads.experiment.blocks import check_dblp_blocks
 from workloads.experiment.config import (
     COLLECTIVES,
-    COMPUTE_MODES,
     DBLP_COLLECTIVE,
     DEFAULT_FIXED_TOLERANCE,
     DEFAULT_MICROBATCHES,
-    KINDS,
-    LR_SCHEDULES,
     MAX_STAGES,
-    MODELS,
     TRANSPORTS,
     FabricConfig,
     TransportConfig,
     WorkloadConfig,
     field_default,
 )
+from workloads.experiment.dblp import POLICIES, DblpConfig
 from workloads.experiment.placement import default_placement
 from workloads.experiment.reader import Table
-from workloads.fill import FILLS
-from workloads.phase import OptiReduceConfig, PhaseAwareConfig
 
 __all__ = ["DBLP", "FABRIC", "PHASE_FIELDS", "TRANSPORT", "WORKLOAD", "fabric", "transport",
            "workload"]
@@ -58,9 +53,7 @@ DBLP = ("policy", "fill", "tolerance", *PHASE_FIELDS, "deadline_ms", "margin_ms"
         "bounded_gather")
 assert not {k for n in registry.names(lambda t: t.caps.bounded)
             for k in registry.get(n).keys()} & set(DBLP), "a policy key is also a setting"
-WORKLOAD = ("kind", "model", "workers", "hosts", "steps", "batch_size", "microbatches", "lr",
-            "lr_schedule", "target_accuracy", "target_loss", "eval_every", "compute",
-            "compute_ms", "allow_overruns")
+WORKLOAD = tuple(f.name for f in dataclasses.fields(WorkloadConfig))
 
 
 # --------------------------------------------------------------------------------------
@@ -87,16 +80,18 @@ def fabric(t: Table) -> FabricConfig:
 # [workload]
 # --------------------------------------------------------------------------------------
 
-_workload_default = partial(field_default, WorkloadConfig)
-
-
 def workload(t: Table, spec: Spec) -> WorkloadConfig:
-    """The ``[workload]`` table, checked against the fabric ``spec`` it runs on."""
-    kind = t.get_str("kind", _workload_default("kind"), KINDS)
-    model = t.get_str("model", choices=MODELS)
+    """The ``[workload]`` table, checked against the fabric ``spec`` it runs on: each key
+    by its field in :class:`WorkloadConfig` (its default and rule), then the rules
+    between keys and what this machine holds (limits.py)."""
+    W = WorkloadConfig
+    kind = t.get_field(W, "kind")
+    model = t.get_field(W, "model")
     pipeline = kind == "pipeline"
     n_hosts = len(spec.hosts)
-    workers = t.get_int("workers", lo=2 if pipeline else 1)
+    workers = t.get_field(W, "workers")
+    if pipeline and workers < 2:
+        t.fail("workers", "must be at least 2 for a pipeline (one stage per worker)", workers)
     if pipeline and workers > MAX_STAGES[model]:
         t.fail("workers", f"must be at most {MAX_STAGES[model]} for a pipeline of {model} "
                "(its stages are whole layers: workloads/models.py stage_groups)", workers)
@@ -106,14 +101,15 @@ def workload(t: Table, spec: Spec) -> WorkloadConfig:
     hosts = t.get_strs("hosts", None)
     if hosts is not None:
         _check_hosts(t, hosts, workers, spec)
-    steps = t.get_int("steps", lo=1, hi=None)
-    if steps > limits.MAX_STEPS:
+    steps = t.data.get("steps")
+    if isinstance(steps, int) and not isinstance(steps, bool) and steps > limits.MAX_STEPS:
         t.fail("steps", f"must be an integer in [1, {limits.MAX_STEPS:,}]: "
                + limits.too_long(steps, "steps", limits.MIN_STEP_S), steps)
+    steps = t.get_field(W, "steps")
     batch = _batch_size(t, model)
     microbatches = None
     if pipeline:
-        microbatches = t.get_int("microbatches", DEFAULT_MICROBATCHES, 1)
+        microbatches = t.get_field(W, "microbatches", DEFAULT_MICROBATCHES)
         if batch % microbatches:
             t.fail("batch_size", f"must be divisible by workload.microbatches ({microbatches})",
                    batch)
@@ -126,7 +122,7 @@ def workload(t: Table, spec: Spec) -> WorkloadConfig:
         t.refuse("target_loss", "with model = 'digits_cnn' (use target_accuracy)")
     else:
         t.refuse("target_accuracy", f"with model = {model!r} (use target_loss)")
-    compute = t.get_str("compute", _workload_default("compute"), COMPUTE_MODES)
+    compute = t.get_field(W, "compute")
     if compute != "modelled":
         t.refuse("compute_ms", "with compute = 'measured' (only modelled compute takes a time)")
         t.refuse("allow_overruns", "with compute = 'measured' (only modelled compute can be "
@@ -137,19 +133,16 @@ def workload(t: Table, spec: Spec) -> WorkloadConfig:
     compute_ms = _compute_ms(t, microbatches, workers)
     return WorkloadConfig(
         kind=kind, model=model, workers=workers, hosts=hosts, steps=steps, batch_size=batch,
-        microbatches=microbatches,
-        lr=t.get_number("lr", _workload_default("lr"), 0.0, lo_open=True),
-        lr_schedule=t.get_str("lr_schedule", _workload_default("lr_schedule"),
-                              LR_SCHEDULES),
-        target_accuracy=t.get_number("target_accuracy", None, 0.0, 1.0, lo_open=True),
-        target_loss=t.get_number("target_loss", None, 0.0, lo_open=True),
-        eval_every=t.get_int("eval_every", _workload_default("eval_every"), 1),
+        microbatches=microbatches, lr=t.get_field(W, "lr"),
+        lr_schedule=t.get_field(W, "lr_schedule"),
+        target_accuracy=t.get_field(W, "target_accuracy"),
+        target_loss=t.get_field(W, "target_loss"), eval_every=t.get_field(W, "eval_every"),
         compute=compute, compute_ms=compute_ms,
-        allow_overruns=t.get_bool("allow_overruns", _workload_default("allow_overruns")))
+        allow_overruns=t.get_field(W, "allow_overruns"))
 
 
 def _batch_size(t: Table, model: str) -> int:
-    batch: int = t.get_int("batch_size", _workload_default("batch_size"), 1)
+    batch: int = t.get_field(WorkloadConfig, "batch_size")
     try:
         most = limits.train_samples(model)
     except limits.TextMissing as e:
@@ -165,7 +158,7 @@ def _compute_ms(t: Table, microbatches: int | None, workers: int) -> float | Non
     # pipeline, (microbatches + stages - 1) microbatch times: bounded to one hour.
     per_step = 1 if microbatches is None else microbatches + workers - 1
     most = limits.MAX_STEP_COMPUTE_MS / per_step
-    ms: float | None = t.get_number("compute_ms", None, 0.0, lo_open=True)
+    ms: float | None = t.get_field(WorkloadConfig, "compute_ms")
     if ms is not None and ms > most:
         why = ("" if per_step == 1 else f"; a step of this pipeline computes {per_step} "
                "microbatch times (microbatches + stages - 1)")

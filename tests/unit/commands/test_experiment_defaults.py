@@ -14,8 +14,8 @@ from emu.errors import EmuError
 from topologies import DciSpec, MultiPlaneClos
 from topologies.scaleacross import DEFAULT_DCI_DELAY_MS
 from workloads import experiment as ex
+from workloads.collectives.phase import OptiReduceConfig
 from workloads.experiment.config import field_default
-from workloads.phase import OptiReduceConfig
 
 WORKLOAD = {"model": "digits_cnn", "workers": 2, "steps": 5}
 

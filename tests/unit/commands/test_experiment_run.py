@@ -37,10 +37,10 @@ def _experiment(tmp_path: Path, script: str) -> Path:
 
 
 def test_a_scripts_error_comes_before_anything_is_built(tmp_path, monkeypatch, capsys):
-    import workloads.runner
+    import workloads.training.runner
 
     built: list[object] = []
-    monkeypatch.setattr(workloads.runner, "run_experiment",
+    monkeypatch.setattr(workloads.training.runner, "run_experiment",
                         lambda exp, out, **kw: built.append(exp))
     f = _experiment(tmp_path, "for i in range(1):\n    raise RuntimeError('boom')\n"
                               "timeline = []\n")
@@ -51,10 +51,10 @@ def test_a_scripts_error_comes_before_anything_is_built(tmp_path, monkeypatch, c
 
 
 def test_a_scripts_events_are_read_once_before_the_run(tmp_path, monkeypatch):
-    import workloads.runner
+    import workloads.training.runner
 
     built: list[object] = []
-    monkeypatch.setattr(workloads.runner, "run_experiment",
+    monkeypatch.setattr(workloads.training.runner, "run_experiment",
                         lambda exp, out, **kw: built.append(exp))
     f = _experiment(tmp_path, "c = fail_link('p0l0-p0s1')\nfor t in [1.0]:\n    pass\n"
                               "timeline = [at(t, c)]\n")

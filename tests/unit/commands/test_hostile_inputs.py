@@ -126,3 +126,25 @@ def test_calibrate_refuses_to_replace_a_record_unless_forced(tmp_path, monkeypat
     rec.write_text("{}")
     assert cli.main(["calibrate", "--quick", "--out", str(rec)]) == 2
     assert "already exists" in capsys.readouterr().err and rec.read_text() == "{}"
+
+
+def test_an_explore_space_of_too_many_scenarios_is_refused_with_an_estimate(capsys, tmp_path):
+    space = str(REPO / "experiments/explore/small_2dc.toml")
+    delays = "[" + ",".join(str(0.1 + i) for i in range(50)) + "]"
+    rates = "[" + ",".join(str(10 + i) for i in range(50)) + "]"
+    t0 = time.process_time()
+    code = cli.main(["explore", space, "--set", f"dci.delay_ms={delays}", "--set",
+                     f"dci.pair_tbps={rates}", "--no-points", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "2,500 scenarios" in err and "GiB" in err, err
+    assert time.process_time() - t0 < 10
+
+
+def test_an_explore_space_of_too_many_raw_points_is_refused_with_an_estimate(capsys, tmp_path):
+    space = str(REPO / "experiments/explore/small_2dc.toml")
+    many = "[" + ",".join(str(i) for i in range(1, 4097)) + "]"
+    code = cli.main(["explore", space, "--set", f"placement.microbatch={many}", "--set",
+                     f"schedule.virtual_stages={many}", "--no-points", "--out",
+                     str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "raw points is more than" in err and "M raw points/s" in err, err

@@ -85,24 +85,36 @@ def test_spraying_smaller_than_claimed_holds_in_direction(tmp_path: Path) -> Non
 
 def test_explorer_claim_on_one_scenario(tmp_path: Path) -> None:
     spec = parse(CLAIMS_DIR / "explorer.toml", KINDS)
-    fixed = {"dci.oversubscription": 4.0, "model.preset": "llama3-70b", "cluster.dcs": 2,
-             "dci.delay_ms": 5.0, "fabric.failure_scale": 1.0}
+    fixed = {"dci.pair_tbps": 100.0, "model.preset": "llama3-70b", "cluster.dcs": 2,
+             "dci.delay_ms": 5.0}
     # the fresh emulator check needs root: tests/root/test_reproduce_explorer.py
     spec = ClaimSpec(**{**spec.__dict__, "quick": {"fixed": fixed, "live_check": False}})
     EXPLORER.check(spec.effective_params(True))
     r = EXPLORER.run(spec, _ctx(tmp_path))
     assert r.verdict in ("holds", "holds in direction", "does not hold here")
     names = {(f.name, f.system) for f in r.figures}
-    assert ("speed-up over production configuration", "as calibrated") in names
-    assert ("speed-up over state-of-the-art heuristic", "ECMP at collision bound") in names
-    prod = next(f for f in r.figures if f.name == "speed-up over production configuration")
+    assert ("speed-up over production recipe (Llama 3 405B's)", "as calibrated") in names
+    assert ("speed-up over state of the art (CrossPipe-style)", "as calibrated") in names
+    prod = next(f for f in r.figures if f.name.startswith("speed-up over production"))
     assert prod.n == 1 and prod.lo == prod.median == prod.hi and prod.clock == "full-scale"
     assert r.raw["grids"]["as calibrated"]["scenarios"] == 1
+    scen = r.raw["grids"]["as calibrated"]["per_scenario"][0]
+    # one scenario is its own family's cheapest DCI: its gain cannot grow with the DCI
+    assert scen["label"] == "not a scale-across gain"
+    assert set(scen["removed_s"]) >= {"compute_s", "dp_s", "failure_s"}
     gain = [f for f in r.figures if "gain, hierarchical" in f.name]
     assert [f.system for f in gain] == ["explorer model", "emulator (recorded)"]
     assert "At emulator scale the model predicted" in r.reason
+    assert "not scale-across gains" in r.reason
     assert (tmp_path / "speedups.png").is_file()
-    checks = r.tables[1]
+    assert r.tables[0].columns[-3:] == ("production PP, recompute", "removes most", "label")
+    pp, rec = r.tables[0].rows[0][-3].split()
+    assert pp.startswith("PP") and int(pp[2:]) >= 1 and rec in ("none", "selective", "full")
+    # the DCI table has the fixed delay and capacity as its one cell
+    assert r.tables[1].columns == ("delay ms", "100 Tbit/s")
+    assert [row[0] for row in r.tables[1].rows] == [5.0]
+    assert r.tables[1].rows[0][1] == pytest.approx(prod.median, abs=1e-3)
+    checks = r.tables[2]
     assert checks.columns[:3] == ("check", "kind", "predicted") and len(checks.rows) >= 3
 
 

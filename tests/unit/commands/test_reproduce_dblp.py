@@ -16,7 +16,7 @@ from commands.reproduce.claim import ClaimContext, ClaimSpecError
 from commands.reproduce.dblp_rounds import RoundPlan
 from commands.reproduce.dblp_training import late_tolerance, transports
 from commands.reproduce.spec import CLAIMS_DIR, parse
-from workloads.dblpconfig import BlockTooSmall, block_chunks, check_block, droppable_chunks
+from workloads.experiment.dblp import BlockTooSmall, block_chunks, check_block, droppable_chunks
 
 
 def _spec() -> Any:

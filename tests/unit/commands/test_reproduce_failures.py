@@ -92,6 +92,8 @@ def test_explorer_defaults_are_read_from_the_explorer() -> None:
     assert fs.rtt_s == pytest.approx(8e-6)
     assert fs.convergence_s == pytest.approx(0.4)  # 3 x 100 ms BFD + 50 + 50 ms
     assert fs.rto_s == {"rc": 1.074, "tcp": 0.2}
+    # a restart (12 min) and half the reference job's Young/Daly checkpoint interval
+    assert 12 * 60 < fs.interruption_s < 12 * 60 + 5 * 60
 
 
 def test_factors_pair_repetitions_and_floor_at_one_rtt() -> None:

@@ -99,7 +99,7 @@ def test_params_and_quick_must_be_tables(tmp_path: Path) -> None:
 def test_explorer_fixed_keys_must_be_axes_of_its_grid(tmp_path: Path) -> None:
     text = (CLAIMS_DIR / "explorer.toml").read_text()
     ok = parse(_write(tmp_path, text, "explorer.toml"), KINDS)
-    assert ok.effective_params(True)["fixed"] == {"dci.oversubscription": 4.0,
+    assert ok.effective_params(True)["fixed"] == {"dci.pair_tbps": 100.0,
                                                   "model.preset": "llama3-70b"}
     bad = text.replace('"model.preset" = "llama3-70b"', '"model.size" = 3')
     with pytest.raises(ClaimSpecError, match=r"\[quick\] fixed.model.size is not an axis"):

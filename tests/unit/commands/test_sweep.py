@@ -4,6 +4,7 @@ errors naming the point and the key."""
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,20 @@ def test_a_cluster_to_join_without_a_token_here_leaves_no_out_directory(tmp_path
                        "auth_token"):
         run_sweep(f, cluster="127.0.0.1:9", out=tmp_path / "out", say=lambda m: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_sweep_schema_is_the_readers(capsys):
+    """One table (sweepfile.KEYS) gives the reader its keys and rules, `emu sweep --keys`
+    and the reference page their listing."""
+    from commands import cli
+    from commands.sweep import sweepfile
+    from emu.errors import EmuError
+
+    assert sweepfile.TOP == tuple(k.path for k in sweepfile.KEYS)
+    rule = next(k.rule for k in sweepfile.KEYS if k.path == "retries")
+    root = Path(__file__).resolve().parents[3]
+    base = str(root / "experiments/training/digits_mrc_linkcut.toml")
+    with pytest.raises(EmuError, match=re.escape(f"retries = 11 is invalid: must be {rule}")):
+        sweepfile.parse({"name": "s", "base": base, "seeds": [1], "retries": 11}, "s.toml")
+    assert cli.main(["sweep", "--keys"]) == 0
+    assert "retries = 1" in capsys.readouterr().out

@@ -11,7 +11,7 @@ from commands import cli
 from emu.capture import capture_point
 from emu.errors import EmuError
 from topologies import MultiPlaneClos
-from workloads.run_captures import capture_path
+from workloads.training.captures import capture_path
 
 TOPO = MultiPlaneClos()  # 2 planes x 4 spines x 4 leaves x 4 hosts
 
@@ -46,11 +46,11 @@ def test_one_pcap_per_run_and_point_with_a_file_name_of_the_label():
 
 
 def test_emu_run_refuses_a_bad_capture_point_before_building(tmp_path, monkeypatch, capsys):
-    import workloads.runner
+    import workloads.training.runner
 
     built: list[object] = []
-    monkeypatch.setattr(workloads.runner, "require_root", lambda what: None)
-    monkeypatch.setattr(workloads.runner, "Fabric", lambda *a, **kw: built.append(a))
+    monkeypatch.setattr(workloads.training.runner, "require_root", lambda what: None)
+    monkeypatch.setattr(workloads.training.runner, "Fabric", lambda *a, **kw: built.append(a))
     f = tmp_path / "x.toml"
     f.write_text('name = "x"\n[fabric]\nspines = 2\nleaves = 2\nhosts_per_leaf = 2\n'
                  '[workload]\nmodel = "digits_cnn"\nworkers = 2\nsteps = 5\n')

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import re
 import shutil
@@ -18,6 +17,7 @@ import pytest
 
 from explorer.calibration import (
     DEFAULT_CALIBRATION,
+    LAW_CALIBRATIONS,
     Interval,
     load_calibration,
     parse_calibration,
@@ -68,24 +68,50 @@ def test_v2_record_is_read_with_intervals_and_exclusions():
     mrc = cal.get("mrc")
     assert mrc.eta == Interval(0.9, 0.88, 0.93)
     assert mrc.overhead_rtts == Interval(1.5, 1.0, 2.0)
-    # Excluded (CPU-bound) entries leave the curve; the rest is sorted by flows.
-    assert [f for f, _ in mrc.load_balance] == [1.0, 2.0]
-    assert mrc.load_balance_at(1.0) == 0.99
-    assert mrc.load_balance_at(8.0) == 0.97  # constant beyond the measured range
-    assert mrc.load_balance_at(math.sqrt(2)) == pytest.approx(0.98)  # midway in log2
-    # Tail: nearest geometry in log space, delay spikes only as a last resort.
-    assert mrc.tail_at(6.0, 1.0) == 1.4
-    assert mrc.tail_at(40.0, 2.5) == 3.0
-    assert mrc.tail_at(40.0, 2.5, "pess") == 3.4
-    assert mrc.tail_at(50.0, 0.1) == 1.4  # not the delay spike measured right there
+    # Excluded (CPU-bound) entries leave the law; the rest is sorted by flows.
+    assert [p.flows_per_uplink for p in mrc.load_balance] == [1.0, 2.0]
+    assert mrc.load_balance[0].efficiency == Interval(0.99, 0.98, 1.0)
     assert mrc.recovery_rtts == Interval(3.0, 2.0, 5.0)
     assert mrc.rtt_s == 4e-4 and mrc.flows_per_uplink.hi == 2.0
-    rc = cal.get("rc")
+    # An RC record whose FIFOs can drop (or that says nothing of them) is rc_lossy.
+    rc = cal.get("rc_lossy")
     assert rc.recovery_rtos == Interval(2.0, 1.0, 3.0)  # scaled with the RTT interval
     assert cal.dblp is not None and cal.dblp.tolerance == 0.05
     assert cal.dblp.steps_ratio is None and "dblp" not in cal.transports
     with pytest.raises(SpecError, match="no calibration for transport 'tcp'"):
         cal.get("tcp")
+
+
+def _fabric(queue: int) -> dict:
+    return {"planes": 2, "spines": 4, "leaves": 2, "hosts_per_leaf": 4, "queue_packets": queue,
+            "rate_mbit": 10.0}
+
+
+def test_rc_is_lossless_only_where_its_fifos_hold_every_window():
+    # 16 QPs meet at an uplink: RC's 64-packet windows need 1024 packets of FIFO.
+    lb = [{"flows_per_uplink": 4.0, "qps_per_connection": 4, "value": 0.7, "lo": 0.6,
+           "hi": 0.8, "ecmp_flows": 64, "ecmp_uplinks": 4}]
+    rc = {"eta": {"value": 0.99}, "load_balance": lb}
+    for queue, name in ((1024, "rc"), (1023, "rc_lossy"), (16, "rc_lossy")):
+        doc = {"format": "scaleacross-emu/calibration/2", "fabric": _fabric(queue),
+               "transports": {"rc": rc}}
+        assert list(parse_calibration(doc).transports) == [name]
+
+
+def test_later_records_override_figure_by_figure(tmp_path):
+    full = dict(V2)
+    load_only = {"format": "scaleacross-emu/calibration/2", "fabric": _fabric(16),
+                 "transports": {"mrc": {"eta": {"value": None}, "load_balance": [
+                     {"flows_per_uplink": 1.0, "qps_per_connection": 1, "value": 0.5,
+                      "lo": 0.4, "hi": 0.6}]}}}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(full))
+    b.write_text(json.dumps(load_only))
+    mrc = load_calibration([a, b]).get("mrc")
+    assert mrc.eta == Interval(0.9, 0.88, 0.93)  # kept from the first
+    assert [p.efficiency.value for p in mrc.load_balance] == [0.5]  # replaced
+    assert mrc.recovery_rtts == Interval(3.0, 2.0, 5.0)
+    assert load_calibration([b, a]).get("mrc").load_balance[0].efficiency.value == 0.99
 
 
 def test_v1_record_is_read_without_intervals():
@@ -115,11 +141,16 @@ def test_bad_records_are_refused(doc, match):
 def test_shipped_calibration_loads_every_transport_with_hashes():
     cal = load_calibration()
     assert cal.files[0][0] == str(DEFAULT_CALIBRATION)
-    assert len(cal.files[0][1]) == 64
-    for name in ("mrc", "rc", "tcp"):
+    assert [p for p, _ in cal.files[1:]] == [str(p) for p in LAW_CALIBRATIONS]
+    assert all(len(h) == 64 for _, h in cal.files)
+    for name in ("mrc", "rc", "rc_lossy", "tcp"):
         tc = cal.get(name)
         assert 0 < tc.eta.lo <= tc.eta.value <= tc.eta.hi <= 1.05
         assert tc.rtt_s and tc.rtt_s > 0
+        assert tc.load_balance and tc.tail and tc.recovery_rtts is not None
+    # the law records: RC with 1 and 4 QPs, at 1 to 16 hashed flows per uplink
+    qps = {p.qps for p in cal.get("rc").load_balance}
+    assert qps == {1, 4} and cal.get("rc").fabric.queue_packets >= 1024
 
 
 def test_spearman_hand_values():
@@ -134,7 +165,7 @@ def test_published_tables_load_with_every_row():
     assert len(tables) >= 2
     for path in tables:
         t = load_table(path)
-        assert len(t.rows) >= 4
+        assert len(t.rows) >= 3
         assert sum(r.fit for r in t.rows) <= 1
         for r in t.rows:
             assert r.measured > 0 and r.config.cluster.dcs == 1
@@ -194,6 +225,22 @@ def _cli_outputs(tmp_path: Path) -> None:
         for token in re.split(r"[\s,:\[\]{}\"]+", text):
             assert token.lower() not in ("nan", "inf", "-inf", "infinity", "-infinity"), token
     assert "speed-up of the best configuration" in r.stdout
+
+
+def test_cli_explain_prints_every_calibrated_input_of_one_point(tmp_path):
+    spec = ROOT / "experiments" / "explore" / "small_2dc.toml"
+    r = _cli(["explore", str(spec), "--explain", "--set", "network.transport=rc",
+              "--set", "fabric.burst_hz=1.0", "--json"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    for name in ("bandwidth efficiency eta", "per-message overhead", "efficiency over the DCI",
+                 "load balance (ECMP law)", "microburst delay (burst law)",
+                 "recovery from a link cut"):
+        assert f"rc {name}" in r.stdout, name
+    rows = json.loads(r.stdout[r.stdout.index("\n[") + 1:])
+    assert {"name", "measured", "regime", "law", "full_scale", "extrapolated"} <= set(rows[0])
+    law = next(x for x in rows if "ECMP law" in x["name"])
+    assert "s x c" in law["law"] and "hashed flows per uplink" in law["full_scale"]
+    assert not list(tmp_path.iterdir())  # searches and writes nothing
 
 
 def test_cli_input_error_names_the_key(tmp_path):

@@ -204,7 +204,8 @@ def test_bad_bounds_refused():
                      ({"deadline_s": 0}, "deadline_s=0"), ({"deadline_s": -1.0}, "> 0")]:
         with pytest.raises(ValueError, match=re.escape(word)):
             LossBound(**kw)
-    with pytest.raises(TypeError):  # the fill policy is the caller's (workloads/fill.py)
+    # the fill policy is the caller's (workloads/collectives/fill.py)
+    with pytest.raises(TypeError):
         LossBound(fill="zeros")
     with pytest.raises(TypeError):
         DblpCore(1, 2).post_send(1, b"x", 0.0, bound=0.1)

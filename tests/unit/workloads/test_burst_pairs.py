@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workloads.burst_pairs import burst_costs, pair_lines, paired_ratios
+from workloads.training.burst_pairs import burst_costs, pair_lines, paired_ratios
 
 
 def job(label: str, rep: int, step: int, step_s: float) -> dict:

@@ -1,4 +1,4 @@
-"""Calibration record v2 (workloads/calibration.py): fits, bootstrap, reductions, schema."""
+"""Calibration record v2 (workloads/calibration/record.py): fits, bootstrap, reductions, schema."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from workloads import calibration as cal
-from workloads import calibration_schema as schema
-from workloads import calibration_stats as stats
-from workloads.calibration_samples import (
+from workloads.calibration import record as cal
+from workloads.calibration import schema, stats
+from workloads.calibration.samples import (
     BurstGeometry,
     CpuUse,
     LoadSample,
@@ -23,7 +22,7 @@ from workloads.calibration_samples import (
     TransportMeasurements,
     steps_from_training,
 )
-from workloads.calibration_schema import CalibrationError
+from workloads.calibration.schema import CalibrationError
 
 IDLE = CpuUse((("h0", 0.1), ("h4", 0.2)), 2)
 REGIME = Regime(rtt_s=0.01, payload_bytes=8000, frame_bytes=8150, line_mbit=10.0, lanes=2,
@@ -306,3 +305,38 @@ def test_steps_ratio_from_training_results():
     assert reason is None and samples == (StepsSample(0, 30, 40),)
     samples, reason = steps_from_training(_training_records(40, 30, bounded=True))
     assert samples == () and "no DBLP run" in reason
+
+
+def test_load_entries_are_per_flows_and_qps_and_tails_carry_the_healthy_p50():
+    # RC measured with 1 and 4 queue pairs per plane at the same flows per uplink: two
+    # entries, each with the hashed flows (connections x QPs) the explorer's ECMP law uses.
+    load = (LoadSample(0, 1.0, 8.0, 20.0, IDLE, 4, 4), LoadSample(1, 1.0, 9.0, 20.0, IDLE, 4, 4),
+            LoadSample(0, 1.0, 16.0, 20.0, IDLE, 16, 4, qps=4),
+            LoadSample(1, 1.0, 17.0, 20.0, IDLE, 16, 4, qps=4))
+    geo = BurstGeometry(on_s=0.05, every_s=0.3, sources=2, source_mbit=10.0, target_mbit=10.0)
+    m = TransportMeasurements(
+        regime=REGIME, load=load,
+        healthy_rounds=(RoundsSample(0, None, (1.0, 2.0, 3.0), (1.0,) * 3, IDLE),),
+        burst_rounds=(RoundsSample(0, geo, (10.0,), (1.0,), IDLE, burst_drops=2),))
+    sec = cal.transport_record("rc", m)
+    one, four = sec["load_balance"]
+    assert (one["qps_per_connection"], four["qps_per_connection"]) == (1, 4)
+    assert one["value"] == pytest.approx(0.425) and four["value"] == pytest.approx(0.825)
+    assert (one["ecmp_flows"], four["ecmp_flows"], four["ecmp_uplinks"]) == (4, 16, 4)
+    assert four["balls_into_bins"] == pytest.approx(stats.balls_into_bins(16, 4))
+    assert sec["tail_inflation"][0]["healthy_p50_rtts"] == pytest.approx(2.0 / 0.01)
+    rec = {"format": schema.FORMAT, "generated": 0.0, "command": "x", "versions": {},
+           "host": {}, "fabric": {"planes": 2, "spines": 4, "leaves": 2, "hosts_per_leaf": 4,
+                                  "rate_mbit": 10.0, "fabric_rate_mbit": 10.0,
+                                  "queue_packets": 16, "mtu": 9000, "nominal_gbit": 1.0,
+                                  "dci": None},
+           "transports": {"rc": schema.plain(sec)}}
+    schema.validate(rec)
+    # a record written before these keys existed is still valid without them
+    for e in rec["transports"]["rc"]["load_balance"]:
+        for k in ("qps_per_connection", "ecmp_flows", "ecmp_uplinks"):
+            e.pop(k)
+    schema.validate(rec)
+    rec["transports"]["rc"]["load_balance"][0]["unknown"] = 1
+    with pytest.raises(CalibrationError, match="unknown"):
+        schema.validate(rec)

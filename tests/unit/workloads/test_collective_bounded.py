@@ -1,4 +1,4 @@
-"""The bounded-loss Transpose AllReduce (workloads/collective_transpose.py) on the fake
+"""The bounded-loss Transpose AllReduce (workloads/collectives/transpose.py) on the fake
 network: every lost entry accounted for, exact outside the lost ranges, deadlines, and
 the bounded all-gather (helpers and conventions in tests/unit/workloads/test_collectives.py)."""
 
@@ -8,10 +8,10 @@ from test_collectives import MTU, NOISY, check_result, inputs, ref_sum, run
 
 from transports.core.dblp import LossBound
 from transports.testing.fakenet import PathSpec
-from workloads.collective_executor import merge_ranges
-from workloads.collective_schedules import block_bounds
-from workloads.collective_transpose import transpose_allreduce
-from workloads.comm import CommError
+from workloads.collectives.comm import CommError
+from workloads.collectives.executor import merge_ranges
+from workloads.collectives.schedules import block_bounds
+from workloads.collectives.transpose import transpose_allreduce
 
 # ---- bounded-loss Transpose AllReduce ------------------------------------------------------
 

@@ -7,21 +7,21 @@ import numpy as np
 import pytest
 from test_collectives import run
 
-from workloads.collective_schedules import (
-    Step,
-    all_to_all_schedule,
-    check_groups,
-    ring_allreduce_schedule,
-)
-from workloads.collective_transpose import transpose_allreduce
-from workloads.collectives import (
+from workloads.collectives.fakecomm import FakeCluster
+from workloads.collectives.ops import (
     all_gather,
     all_to_all,
     hierarchical_allreduce,
     reduce_scatter,
     ring_allreduce,
 )
-from workloads.fakecomm import FakeCluster
+from workloads.collectives.schedules import (
+    Step,
+    all_to_all_schedule,
+    check_groups,
+    ring_allreduce_schedule,
+)
+from workloads.collectives.transpose import transpose_allreduce
 
 # ---- bad inputs ----------------------------------------------------------------------------
 

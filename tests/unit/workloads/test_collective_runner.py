@@ -1,4 +1,5 @@
-"""The fake comm and its runner (workloads/fakecomm.py, workloads/comm.py) under the
+"""The fake comm and its runner (workloads/collectives/fakecomm.py, workloads/collectives/comm.py)
+under the
 collectives: deterministic runs, message pairing, ``drive``, and the errors that name
 stuck ranks or dead links (helpers in tests/unit/workloads/test_collectives.py)."""
 
@@ -6,9 +7,9 @@ import numpy as np
 import pytest
 from test_collectives import CFG, NOISY, inputs, run
 
-from workloads.collectives import ring_allreduce
-from workloads.comm import CommError, drive
-from workloads.fakecomm import CollectiveStuck, FakeCluster
+from workloads.collectives.comm import CommError, drive
+from workloads.collectives.fakecomm import CollectiveStuck, FakeCluster
+from workloads.collectives.ops import ring_allreduce
 
 # ---- the fake comm and runner --------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Collective schedules as data (workloads/collective_schedules.py): every send meets
+"""Collective schedules as data (workloads/collectives/schedules.py): every send meets
 its receive, the shapes of the builders, and the bytes a run sends follow them (helpers
 in tests/unit/workloads/test_collectives.py)."""
 
@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from test_collectives import CFG, GROUPS, NOISY, inputs, run
 
-from workloads.collective_schedules import (
+from workloads.collectives.fakecomm import FakeCluster
+from workloads.collectives.ops import (
+    all_to_all,
+    hierarchical_allreduce,
+    ring_allreduce,
+)
+from workloads.collectives.schedules import (
     Step,
     all_gather_schedule,
     all_to_all_recv_len,
@@ -17,13 +23,7 @@ from workloads.collective_schedules import (
     ring_allreduce_schedule,
     transpose_allreduce_schedule,
 )
-from workloads.collective_transpose import transpose_allreduce
-from workloads.collectives import (
-    all_to_all,
-    hierarchical_allreduce,
-    ring_allreduce,
-)
-from workloads.fakecomm import FakeCluster
+from workloads.collectives.transpose import transpose_allreduce
 
 # ---- schedules -----------------------------------------------------------------------------
 

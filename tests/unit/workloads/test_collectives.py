@@ -1,4 +1,5 @@
-"""Collectives (workloads/collectives.py) on the fake network (workloads/fakecomm.py):
+"""Collectives (workloads/collectives/ops.py) on the fake network
+(workloads/collectives/fakecomm.py):
 exact results on every transport, also under loss, reordering and duplication.
 
 Values are small integers in float32, so every sum is exact whatever order a schedule
@@ -13,21 +14,21 @@ import numpy as np
 import pytest
 
 from transports.testing.fakenet import PathSpec
-from workloads.collective_executor import CollectiveResult
-from workloads.collective_schedules import (
-    all_to_all_recv_len,
-    block_bounds,
-    hierarchical_allreduce_schedule,
-)
-from workloads.collective_transpose import transpose_allreduce
-from workloads.collectives import (
+from workloads.collectives.executor import CollectiveResult
+from workloads.collectives.fakecomm import FakeCluster, run_collective
+from workloads.collectives.ops import (
     all_gather,
     all_to_all,
     hierarchical_allreduce,
     reduce_scatter,
     ring_allreduce,
 )
-from workloads.fakecomm import FakeCluster, run_collective
+from workloads.collectives.schedules import (
+    all_to_all_recv_len,
+    block_bounds,
+    hierarchical_allreduce_schedule,
+)
+from workloads.collectives.transpose import transpose_allreduce
 
 TRANSPORTS = ("mrc", "rc", "dblp")
 MTU = 64  # 16 floats a chunk: a few hundred elements make multi-packet messages

@@ -8,8 +8,8 @@ import pytest
 from transports.core.dblp import DblpCore, LossBound
 from transports.core.mrc import MrcConfig
 from transports.testing.fakenet import FakeNet, PathSpec
-from workloads.fill import DEFAULT_FILL, FILLS, ErrorFeedback, check_fill, fill_missing
-from workloads.phase import (
+from workloads.collectives.fill import DEFAULT_FILL, FILLS, ErrorFeedback, check_fill, fill_missing
+from workloads.collectives.phase import (
     FixedTolerance,
     OptiReduceConfig,
     OptiReduceDeadline,

@@ -13,7 +13,12 @@ from emu.errors import EmuError
 from emu.timeline import Restore
 from topologies import MultiPlaneClos, ScaleAcross
 from workloads import experiment as ex
-from workloads.phase import FixedTolerance, OptiReduceDeadline, PhaseAware, PhaseAwareConfig
+from workloads.collectives.phase import (
+    FixedTolerance,
+    OptiReduceDeadline,
+    PhaseAware,
+    PhaseAwareConfig,
+)
 
 from experiment_checks import fails
 
@@ -162,7 +167,7 @@ def test_placement_spreads_over_racks_then_dcs():
     (doc(fabric__planes=2.0), ["fabric.planes = 2.0", "an integer in [1, 16]"]),
     (doc(fabric__rate_mbit="fast"), ["fabric.rate_mbit = 'fast'",
                                      "a finite number in [0.01, 40000]"]),
-    (doc(workload__steps=True), ["workload.steps = True", "an integer >= 1"]),
+    (doc(workload__steps=True), ["workload.steps = True", "an integer in [1, 100000]"]),
     (doc(workload__hosts="h0"), ["workload.hosts = 'h0'", "array of strings"]),
     (doc(transport={"name": "dblp", "dblp": {"lr_scaling": 1}}),
      ["transport.dblp.lr_scaling = 1", "true or false"]),
@@ -226,7 +231,7 @@ def test_placement_spreads_over_racks_then_dcs():
     (doc(workload__kind="pipeline", workload__workers=2, workload__batch_size=30),
      ["workload.batch_size = 30", "divisible by workload.microbatches (4)"]),
     (doc(workload__kind="pipeline", workload__workers=1),
-     ["workload.workers = 1", ">= 2"]),
+     ["workload.workers = 1", "at least 2 for a pipeline"]),
     (doc(workload__kind="pipeline", workload__workers=2, transport__name="gloo"),
      ["transport.name = 'gloo'", "pipelines"]),
     (doc(workload__kind="pipeline", workload__workers=2, transport__collective="ring"),

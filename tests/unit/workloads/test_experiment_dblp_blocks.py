@@ -1,7 +1,7 @@
 """DBLP's gradient blocks against its tolerance (no root): an experiment whose model's
 blocks are too few chunks for the largest tolerance its policy can give is refused by
 the validation (`emu run`, `emu bench training`, the reproduce claims), before anything
-is built, with workloads/dblpconfig.py ``check_block``'s reason and the key; one with
+is built, with workloads/experiment/dblp.py ``check_block``'s reason and the key; one with
 blocks large enough, or with a deadline, is accepted."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 
 from emu.errors import EmuError
 from workloads import experiment as ex
-from workloads.dblpconfig import BlockTooSmall, DblpConfig, check_block
+from workloads.collectives.phase import PhaseAwareConfig
 from workloads.experiment.blocks import model_values
-from workloads.phase import PhaseAwareConfig
+from workloads.experiment.dblp import BlockTooSmall, DblpConfig, check_block
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "experiments" / "training"
 

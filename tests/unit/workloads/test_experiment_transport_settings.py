@@ -17,8 +17,8 @@ from transports.core.mrc import MrcConfig
 from transports.core.rc import RcConfig
 from transports.kernel import GlooConfig
 from workloads import experiment as ex
-from workloads.rank_configs import worker_configs
 from workloads.recordcodec import decode, encode
+from workloads.training.rank_configs import worker_configs
 
 BASE = {
     "name": "t",

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from transports.core.api import Completion
-from workloads.comm import Handle
-from workloads.gradsync import DblpOptions, GradSync
+from workloads.collectives.comm import Handle
+from workloads.training.gradsync import DblpOptions, GradSync
 
 MTU = 64  # bytes per chunk: 16 floats, so a block has many chunks
 

@@ -20,11 +20,8 @@ from transports.core.mrc import MrcConfig
 from transports.core.rc import RcConfig
 from transports.kernel import GlooConfig
 from workloads import experiment
-from workloads import worker as wk
-from workloads.dblpconfig import DblpConfig
-from workloads.jobstep import OverrunStats, StepAggregator
-from workloads.overruns import overrun_stats, refuse_overruns
-from workloads.phase import PhaseAwareConfig
+from workloads.collectives.phase import PhaseAwareConfig
+from workloads.experiment.dblp import DblpConfig
 from workloads.recordcodec import decode, encode
 from workloads.records import (
     Done,
@@ -37,9 +34,12 @@ from workloads.records import (
     WorkerConfig,
     WorkerError,
 )
-from workloads.training_run import RunOutcome
-from workloads.variants import Variant, schedule
-from workloads.worker_job import WorkerJob
+from workloads.training import worker as wk
+from workloads.training.jobstep import OverrunStats, StepAggregator
+from workloads.training.overruns import overrun_stats, refuse_overruns
+from workloads.training.run import RunOutcome
+from workloads.training.variants import Variant, schedule
+from workloads.training.worker_job import WorkerJob
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -60,8 +60,9 @@ def _config(**kw) -> WorkerConfig:
                 collective="transpose", groups=((0, 1), (2,)),
                 dblp=DblpConfig(policy="phase_aware", fill="zeros", deadline_ms=40.0,
                                 phase=PhaseAwareConfig(base=0.1, cap=0.3, window=4)),
-                model="digits_cnn", steps=20, batch_size=30, lr=0.05, eval_every=5,
-                compute="modelled", compute_ms=3.5, seed=7, first_gate=4)
+                kind="data_parallel", model="digits_cnn", steps=20, batch_size=30, lr=0.05,
+                lr_schedule="cosine", eval_every=5, compute="modelled", compute_ms=3.5,
+                seed=7, first_gate=4)
     return WorkerConfig(**{**base, **kw})
 
 
@@ -115,7 +116,7 @@ def test_decoded_config_has_typed_fields():
     ('{"type": "gate", "rank": true, "step": 2}\n', "GateReached.rank = True"),
     ('{"type": "release", "step": 1, "t_resume": null}\n',
      "Release.t_resume = None: must be float"),
-    ('{"type": "config", "rank": 0}\n', "missing 12 required keyword-only arguments: 'size'"),
+    ('{"type": "config", "rank": 0}\n', "missing 17 required keyword-only arguments: 'size'"),
     ('{"type": "done", "rank": 0, "steps": 1, "overruns": 0, "comm": []}\n',
      "Done.comm: must be an object"),
 ])
@@ -368,3 +369,16 @@ def test_job_holds_every_rank_at_its_gates():
         assert {e[1] for e in log[:at] if e[0] == "step" and e[2] == k} == {0, 1, 2}
         assert not [e for e in log[:at] if e[0] == "step" and e[2] > k]
     assert len([e for e in log if e[0] == "step"]) == 18
+
+
+def test_worker_config_defaults_cannot_drift_from_the_experiments():
+    """A field the worker takes from the experiment has no default of its own, or the
+    experiment's (once lr_schedule defaulted to "constant" here and "cosine" there)."""
+    import dataclasses
+
+    from workloads.experiment.config import WorkloadConfig
+
+    worker = {f.name: f for f in dataclasses.fields(WorkerConfig)}
+    for f in dataclasses.fields(WorkloadConfig):
+        if f.name in worker and worker[f.name].default is not dataclasses.MISSING:
+            assert worker[f.name].default == f.default, f.name

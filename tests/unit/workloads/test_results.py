@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from workloads import metrics, plots
-from workloads import results as res
+from workloads.training import metrics, plots
+from workloads.training import results as res
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workloads.summary import (
+from workloads.training.summary import (
     aggregate,
     beyond_spread,
     paired_beyond_spread,
@@ -135,7 +135,7 @@ def test_transports_time_to_target_paired_repetition_by_repetition():
 
 
 def test_the_repetitions_table_compares_each_figure_and_pairs_the_repetitions():
-    from workloads.training_report import repetitions_table
+    from workloads.training.report import repetitions_table
 
     def run(label, rep, worst, tt):
         return {"label": label, "rep": rep, "microburst_worst_ms": worst, "time_to_target_s": tt}
@@ -153,7 +153,7 @@ def test_the_repetitions_table_compares_each_figure_and_pairs_the_repetitions():
 
 
 def test_the_repetitions_table_calls_a_paired_difference_by_its_name():
-    from workloads.training_report import repetitions_table
+    from workloads.training.report import repetitions_table
 
     runs = [{"label": t, "rep": r, "time_to_target_s": tt * (0.9 if t == "mrc" else 1.0)}
             for r, tt in enumerate((4.5, 6.4, 4.7)) for t in ("mrc", "rc")]

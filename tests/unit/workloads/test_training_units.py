@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workloads.fakecomm import FakeCluster
-from workloads.jobstep import StepAggregator
+from workloads.collectives.fakecomm import FakeCluster
 from workloads.models import build, split_stages
-from workloads.pipeline import PipelineStage
-from workloads.rank_configs import worker_configs
 from workloads.records import StepRecord
-from workloads.summary import summarize
+from workloads.training.jobstep import StepAggregator
+from workloads.training.pipeline import PipelineStage
+from workloads.training.rank_configs import worker_configs
+from workloads.training.summary import summarize
 
 
 def _grads(module: torch.nn.Module) -> list[torch.Tensor]:
@@ -141,9 +141,9 @@ def test_worker_configs_plan_connections_per_transport():
 def test_gradsync_bound_needs_a_norm_and_ignores_a_steady_one():
     """Round 0 has no gradient-norm signal: reliable. A steady norm afterwards never
     looks like a critical regime (no spurious lossless window)."""
-    from workloads.dblpconfig import DblpConfig
-    from workloads.gradsync import GradSync
-    from workloads.phase import PhaseAwareConfig
+    from workloads.collectives.phase import PhaseAwareConfig
+    from workloads.experiment.dblp import DblpConfig
+    from workloads.training.gradsync import GradSync
 
     sync = GradSync("transport", 4, comm=None, dblp=DblpConfig(
         policy="phase_aware", phase=PhaseAwareConfig(base=0.1, cap=0.1, critical_epochs=0,

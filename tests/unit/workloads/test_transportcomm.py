@@ -5,8 +5,8 @@ import threading
 import pytest
 
 from transports.core.api import Completion
-from workloads import transportcomm
-from workloads.comm import CommError
+from workloads.collectives import transportcomm
+from workloads.collectives.comm import CommError
 
 
 class FakeEndpoint:

@@ -1,0 +1,2 @@
+"""Measuring the transports' dimensionless figures (`emu calibrate`) and the calibration
+record the explorer reads."""
