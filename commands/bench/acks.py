@@ -6,13 +6,17 @@ per 16 packets (transports/io/loop.py, transports/core/receiver.py ``ack_wakeup`
 they acknowledged every gap, every ACK request and every 4 packets at once. The sender's
 loss detection (rules A, B, C, probes: transports/core/mrc/lossdetect.py) reads those
 ACKs, so fewer of them could delay a retransmission or declare a loss that was only
-reordering. Three ways of driving the same cores are compared on the same paths and
+reordering. Four ways of driving the same cores are compared on the same paths and
 seeds:
 
 - ``per_packet``: every datagram handled when it arrives, ACKs as before (ack_every 4, a
   gap or an ACK request answered at once): the old per-process driver;
 - ``tick``: cores woken at most once per tick (1 ms), the old ACK policy;
-- ``wakeup``: woken once per tick, one ACK per wake-up or per 16 packets (the engine).
+- ``wakeup``: woken once per tick, one ACK per wake-up or per 16 packets, the RTO before
+  any RTT sample 12 ms (the engine's run defaults, transports/registry.py);
+- ``wakeup_init10``: the same with the class default of 10 ms before any sample, which
+  leaves no room for the two ticks the first ACK may wait (one silent RTO seen in 20
+  seeds of ``reorder``, and a window that shrinks after it).
 
 Scenarios, one MRC connection over 8 EVs of 12.5 Mbit/s each (the 50 Mbit/s fabric's two
 NICs, four spines each), 8000-byte packets, 2 ms of propagation per direction, 64 KB
@@ -41,7 +45,8 @@ SIZE = 4 << 20
 VARIANTS: dict[str, tuple[float | None, dict[str, Any]]] = {
     "per_packet": (None, {"ack_wakeup": False, "ack_every": 4}),
     "tick": (TICK_S, {"ack_wakeup": False, "ack_every": 4}),
-    "wakeup": (TICK_S, {"ack_wakeup": True, "ack_every": 16}),
+    "wakeup": (TICK_S, {"ack_wakeup": True, "ack_every": 16, "rto_init": 12e-3}),
+    "wakeup_init10": (TICK_S, {"ack_wakeup": True, "ack_every": 16, "rto_init": 10e-3}),
 }
 SCENARIOS: dict[str, dict[str, Any]] = {
     "clean": {}, "loss": {"loss": 0.01}, "reorder": {"reorder": 0.2, "reorder_delay": 3e-3},

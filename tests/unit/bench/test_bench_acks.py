@@ -42,15 +42,32 @@ def test_ticks_alone_keep_per_packet_acks():
         assert wk["wakeups_b"] >= 1 and wk["data_packets"] == pp["data_packets"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "measured, not fixed: the coalesced ACK's hold (up to a tick) puts the first ACK past "
-    "rto_init (10 ms) where the first round trip is ~9.2 ms (8000 B at 12.5 Mbit/s per EV); "
-    "a silent RTO and 16 tail probes follow and the window shrinks to ~33 KB for the rest "
-    "of the transfer (completion 2.2x at 1 MiB, 3x at 4 MiB). With rto_init 20 ms it does "
-    "not happen; a peer's ACK delay is not yet part of the RTO (as QUIC's max_ack_delay)"))
-def test_reordering_costs_no_silent_rto_with_coalesced_acks():
-    seed = 4  # the one seed of 0-19 where it happens (at every size)
-    wk = run_once("wakeup", "reorder", seed, size=MIB)
-    pp = run_once("per_packet", "reorder", seed, size=MIB)
-    assert wk["rto_silent"] == 0 and wk["completion_s"] <= 1.1 * pp["completion_s"]
+def test_the_first_rto_allows_the_ticks_a_coalesced_ack_may_wait():
+    """Reordering (20 % of packets up to 3 ms late): the first round trip is ~9.2 ms here
+    (8000 B at 12.5 Mbit/s per EV), and a coalesced ACK may wait up to a tick at each end.
+    With the class default of 10 ms before any RTT sample, seed 4 (the one of 0-19) gets a
+    silent RTO, 16 tail probes, and a window that stays small: more than twice the time.
+    The engine's 12 ms (transports/registry.py) leaves room for both ticks: none of that,
+    on every seed, and no more spurious retransmissions than per-packet ACKs make."""
+    pp = run_once("per_packet", "reorder", 4, size=MIB)
+    bad = run_once("wakeup_init10", "reorder", 4, size=MIB)
+    assert bad["rto_silent"] == 1 and bad["completion_s"] > 2 * pp["completion_s"]
+    spurious = {"per_packet": 0, "wakeup": 0}  # reordering makes a few, whatever the ACKs
+    for seed in range(20):
+        pp = run_once("per_packet", "reorder", seed, size=MIB)
+        wk = run_once("wakeup", "reorder", seed, size=MIB)
+        assert wk["rto_silent"] == 0, (seed, wk)
+        assert wk["completion_s"] <= 1.1 * pp["completion_s"], (seed, pp, wk)
+        spurious["per_packet"] += pp["tx_retx_spurious"]
+        spurious["wakeup"] += wk["tx_retx_spurious"]
+    assert spurious["wakeup"] <= spurious["per_packet"], spurious
 
+
+def test_the_engines_run_defaults_are_the_benchs_wakeup_variant():
+    from commands.bench.acks import VARIANTS
+    from transports import registry
+
+    tick, acks = VARIANTS["wakeup"]
+    for name in ("mrc", "rc", "dblp"):
+        cfg = registry.get(name).plan_config()
+        assert {k: cfg[k] for k in acks} == acks, name
