@@ -256,6 +256,10 @@ def _run_bench(args: argparse.Namespace) -> dict:
 
         res = bench_transport(say=_progress, quick=args.quick)
         res["allreduce"] = bench_allreduce_fabric(say=_progress, quick=args.quick)
+    elif args.bench == "acks":
+        from commands.bench.acks import bench_acks
+
+        res = bench_acks(say=_progress, quick=args.quick)
     elif args.bench == "bursts":
         from commands.bench.bursts import bench_bursts
 
@@ -419,6 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
                "microbursts; DBLP vs MRC time to target loss under bursts", "fewer steps")
     bt.add_argument("--out", help="results directory (default results/bench-training-TIME)")
     _force_arg(bt)
+    bench("acks", "MRC's loss detection with ACKs per packet, in ticks, and one per wake-up "
+          "(the engine's), on the fake network: completion, retransmissions, RTOs (no root)",
+          "3 seeds instead of 7")
     bench("bursts", "MRC vs RC through microbursts onto the receiver's host ports, on the "
           "fake network: bursts by step, swept over the step cycle; worst, typical and "
           "paired burst steps (no root)",

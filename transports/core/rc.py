@@ -73,6 +73,8 @@ class RcConfig:
     aimd: bool = knob(False)  # the window moves (+1 per window acked, halved on a loss)
     ack_every: int = knob(4, lo=1)
     ack_delay: float = knob(50e-6, lo=0.0)
+    # one ACK per wake-up of a batching I/O loop (or per ack_every): transports/core/receiver.py
+    ack_wakeup: bool = knob(False)
     rto_init: float = knob(10e-3, lo=0.0, lo_open=True)
     # the RTO floor's absolute part: timer granularity, ACK delay
     rto_min: float = knob(250e-6, lo=0.0, lo_open=True)
@@ -139,18 +141,20 @@ class RcCore(MessageCore):
 
     # ---- the Core interface -------------------------------------------------------------
 
-    def on_packet(self, data: bytes | memoryview, now: float) -> list[Tx]:
+    def on_packet(self, data: bytes | memoryview, now: float,
+                  rx_t: float | None = None) -> list[Tx]:
         h = self._admit(data)
         if h is None:
             return []
         out: list[Tx] = []
         if h.kind == DATA:
+            self.rcv.arrival = rx_t
             self._on_data(h, data, now, out)
         elif h.kind in (ACK, NACK):
             if h.flags & (wire.FLAG_STOP | wire.FLAG_STOP_OK):  # DBLP's, never an RC ack
                 self.stats["stop_unexpected"] += 1
                 return out
-            self._on_ack(h, now, out)
+            self._on_ack(h, now, out, now if rx_t is None else rx_t)
         elif h.kind == PROBE:
             buf = bytearray(HEADER_LEN)
             pack_header(buf, wire.PROBE_ACK, 0, self.conn, h.psn, 0, 0, 0, 0, 0, _ns(now), h.ts)
@@ -179,6 +183,11 @@ class RcCore(MessageCore):
                 self.snd_nxt = self.snd_una  # go back N
         self._pump(now, out)
         return out
+
+    def flush(self, now: float) -> list[Tx]:
+        """The coalesced ACK of this wake-up (transports/core/api.py ``Core.flush``)."""
+        ack = self.rcv.flush(now)
+        return [] if ack is None else [ack]
 
     def next_deadline(self) -> float | None:
         d = min(self.rcv.ack_at, self.rto_at, self.pace_at)
@@ -211,7 +220,7 @@ class RcCore(MessageCore):
         self.out_msgs[om.msg] = om
         self.sendq.append(om)
 
-    def _on_ack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
+    def _on_ack(self, h: wire.Header, now: float, out: list[Tx], rx: float) -> None:
         cum = h.psn
         if cum > self.snd_max:
             self.stats["ack_beyond_sent"] += 1
@@ -219,7 +228,7 @@ class RcCore(MessageCore):
         if self.failed:
             return
         if h.ts_echo:
-            r = now - h.ts_echo * 1e-9
+            r = rx - h.ts_echo * 1e-9  # from the ACK's arrival, however late the loop woke
             if 0 < r < 60.0:
                 self.rtt.sample(r)
                 self.min_rtt.sample(r, now)

@@ -28,6 +28,14 @@ acknowledged at once, and an ACK carries FLAG_ECE when the packet it answers (``
 was marked; a trimmed packet (SACK mode) is answered by a NACK naming its PSN
 (``on_trimmed``).
 
+With ``ack_wakeup`` (the I/O loop serves datagrams in batches, as a NIC's interrupt
+coalescing: transports/io/loop.py), ACKs are coalesced as RoCE and UET NICs do: one per
+wake-up (the loop calls ``flush`` once the batch is in) or per ``ack_every`` packets,
+the SACK blocks carrying the rest; a gap and FLAG_ACK_REQ no longer cost an ACK each but
+are answered by the wake-up's one. Duplicates and NACKs still go at once. The hold time
+is measured from the packet's arrival (``arrival``: the kernel's receive timestamp the
+loop passes in), so the echo stays exact however late the engine woke.
+
 Per-packet code: no logging, no allocation beyond the reply, attributes read into
 locals once.
 """
@@ -101,6 +109,12 @@ class Receiver:
         self.last_rx = 0.0
         self.last_ev = 0
         self.last_ce = 0  # FLAG_CE of that packet: the ACK echoes it (FLAG_ECE)
+        # when the datagram being handled reached the host (None: ``now``); the owner
+        # sets it before each one (the kernel's receive timestamp)
+        self.arrival: float | None = None
+        # one ACK per wake-up (``flush``) or per ack_every packets (a config without the
+        # knob: per packet, as before)
+        self.ack_wakeup = bool(getattr(cfg, "ack_wakeup", False))
 
     def __repr__(self) -> str:
         mode = "in order" if self.in_order else "sack"
@@ -116,6 +130,7 @@ class Receiver:
         payload = memoryview(data)[HEADER_LEN:HEADER_LEN + h.length]
         cfg = self.cfg
         stats = self.stats
+        rx = now if self.arrival is None else self.arrival
         if h.crc:
             if wire.crc32(payload) != h.crc:
                 stats["crc"] += 1
@@ -128,7 +143,7 @@ class Receiver:
         ooo = self.ooo
         if self.in_order:
             # RC echoes the latest packet that passed the CRC, whatever became of it
-            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
+            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, rx
             self.last_ce = h.flags & FLAG_CE
             if psn < rcv_nxt:
                 stats["dup_data"] += 1
@@ -149,7 +164,7 @@ class Receiver:
         else:
             if psn < rcv_nxt or psn in ooo:
                 stats["dup_data"] += 1
-                self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
+                self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, rx
                 self.last_ce = h.flags & FLAG_CE
                 out.append(self.make_ack(now))
                 return False
@@ -164,16 +179,28 @@ class Receiver:
                 self.rcv_nxt = ooo.pop_front_from(psn + 1)
             else:
                 ooo.add(psn, psn + 1)
-            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
+            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, rx
             self.last_ce = h.flags & FLAG_CE
         self.ack_pending += 1
         # a CE mark is echoed at once, on the EV it came by (its own ACK, as DCTCP's
-        # receiver acknowledges a change of CE state at once)
+        # receiver acknowledges a change of CE state at once): a coalesced ACK answers
+        # only the wake-up's last packet and would drop the marks before it
+        if self.ack_wakeup:  # once per wake-up (``flush``) or per ack_every packets
+            if h.flags & FLAG_CE or self.ack_pending >= cfg.ack_every:
+                out.append(self.make_ack(now))
+            elif self.ack_at == INF:  # an owner that never flushes still gets its ACK
+                self.ack_at = now + cfg.ack_delay
+            return True
         if gap or h.flags & (FLAG_ACK_REQ | FLAG_CE) or self.ack_pending >= cfg.ack_every:
             out.append(self.make_ack(now))
         elif self.ack_at == INF:
             self.ack_at = now + cfg.ack_delay
         return True
+
+    def flush(self, now: float) -> Tx | None:
+        """The end of a wake-up: the ACK of the packets taken since the last one (None if
+        there are none)."""
+        return self.make_ack(now) if self.ack_pending else None
 
     def make_ack(self, now: float, kind: int = ACK) -> Tx:
         """The ACK (or, ``kind=NACK``, the NACK) of everything received so far.
@@ -224,7 +251,8 @@ class Receiver:
     def on_probe(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         """Answer a PROBE on its EV; a tail probe (FLAG_TAIL) by a full ACK instead."""
         if h.flags & FLAG_TAIL:  # after a silent RTO: everything this end has, at once
-            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
+            self.last_ts, self.last_ev = h.ts, h.ev
+            self.last_rx = now if self.arrival is None else self.arrival
             out.append(self.make_ack(now))
             self.stats["rx_tail_probe"] += 1
             return

@@ -37,8 +37,9 @@ sender's answer: ``psn``..``offset`` is the PSN range of ``msg`` it will never s
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import NamedTuple
+
+from transports.native.packet import crc32 as _crc32
 
 WIRE_VERSION = 1
 HEADER = struct.Struct("!BBHIIIIIHHQQI")
@@ -177,6 +178,6 @@ def pack_sack(blocks: list[tuple[int, int]]) -> bytes:
     return b"".join(SACK_BLOCK.pack(a, b) for a, b in blocks)
 
 
-def crc32(payload: bytes | memoryview) -> int:
-    """The payload checksum carried in ``crc`` (never 0: 0 means "no CRC")."""
-    return zlib.crc32(payload) or 1
+# The payload checksum carried in ``crc``: zlib's CRC32, never 0 (0 means "no CRC"),
+# computed by the compiled helper (ISA-L: 0.7 us per 8000 B against zlib's 2.3-5.4).
+crc32 = _crc32
