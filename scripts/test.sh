@@ -14,7 +14,8 @@ ruby -c Vagrantfile
 .venv/bin/mypy
 # mypy --strict on the parts held to it (as `make lint`; what they import is read, not reported)
 .venv/bin/mypy --strict --follow-imports=silent transports/core transports/registry.py \
-    transports/kernel.py transports/plan.py topologies workloads/records.py
+    transports/kernel.py transports/plan.py transports/planrecord.py topologies \
+    workloads/records.py
 .venv/bin/lint-imports --no-cache
 bash scripts/docs.sh
 

@@ -1,0 +1,326 @@
+"""A transfer driver's plan as typed records: one frozen dataclass per kind of entry.
+
+The plan crosses from the harness (transports/testing/harness.py, soak.py) to the driver
+processes (transports/io/driver.py) as JSON; a connection's entry (:class:`ConnPlan`, made
+by transports/plan.py ``conn_spec``) also reaches a training worker's endpoint
+(transports/io/endpoint.py, through workloads/records.py ``WorkerConfig.conns``).
+Producers build these records; the wire is their ``to_dict()``; a consumer decodes once,
+at its entry, with ``from_dict()`` (a driver's stdin: :func:`decode_plan`), which refuses
+an unknown key, a missing required one or a value of the wrong type with a ValueError
+naming it and what is valid. Past the entry only attributes are read: nothing on a
+packet's path decodes anything.
+
+:class:`HostPlan`
+    one host's plan: its connections, messages (``sends``, ``recvs``) and streams.
+:class:`EnginePlan`
+    an engine process serving many hosts: their plans and namespace files.
+:class:`ConnPlan`
+    one host's end of a connection: the peer, and the paths (MRC, DBLP: SRv6 transit
+    segments and the NIC of each) or the QP's addresses and source port (RC).
+:class:`MessagePlan`
+    one message to send or receive: its bytes come from ``seed`` on both ends.
+:class:`StreamPlan`
+    messages kept in flight on a connection (soak runs; transports/io/streams.py).
+
+A DBLP message's loss bound is transports/core/bound.py's ``LossBound``; a host's
+``config`` is its transport's settings (transports/registry.py), written on the wire as
+the fields that differ from the settings class's defaults (``plan_config``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from transports import registry
+from transports.core.bound import LossBound
+from transports.core.knobs import settings_from
+from transports.registry import TransportSettings
+
+__all__ = ["TIMELINE_S", "ConnPlan", "EnginePlan", "HostPlan", "MessagePlan", "StreamPlan",
+           "decode_plan"]
+
+TIMELINE_S = 0.01  # a host's goodput timeline: its default sampling period
+STREAM_KINDS = ("send", "recv")
+
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnPlan:
+    """Host ``src_addr``'s end of connection ``conn`` to ``peer`` at ``peer_addr``.
+
+    ``paths``: the transit segments of each SRv6 path (EV) to the peer, ``nics``: the NIC
+    (plane) each leaves by (MRC, DBLP); empty: one path the fabric picks. ``src_addr``
+    and ``sport``: the QP's source address and fixed source port (RC; None and 0: the
+    host's address, any port).
+    """
+
+    conn: int
+    peer: str
+    peer_addr: str
+    paths: tuple[tuple[str, ...], ...] = ()
+    nics: tuple[int, ...] | None = None
+    src_addr: str | None = None
+    sport: int = 0
+
+    def __post_init__(self) -> None:
+        if self.nics is not None and len(self.nics) != len(self.paths):
+            raise ValueError(f"ConnPlan {self.conn}: {len(self.nics)} nics for "
+                             f"{len(self.paths)} paths (one NIC per path)")
+
+    @property
+    def evs(self) -> int:
+        """Its paths (EVs): one when the fabric picks the path."""
+        return max(1, len(self.paths))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields(self)
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = "ConnPlan") -> ConnPlan:
+        return _build(cls, data, where)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessagePlan:
+    """Message ``msg`` of ``size`` bytes on connection ``conn``, its bytes made from
+    ``seed`` (transports/plan.py ``message_bytes``). ``after``: the messages whose
+    completion it waits for before it is posted (none: at the start); ``bound``: a DBLP
+    round's loss bound."""
+
+    conn: int
+    msg: int
+    size: int
+    seed: int
+    after: tuple[int, ...] = ()
+    bound: LossBound | None = None
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            raise ValueError(f"MessagePlan {self.msg}: size={self.size!r} must be >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields(self)
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = "MessagePlan") -> MessagePlan:
+        return _build(cls, data, where)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamPlan:
+    """``window`` messages of ``size`` bytes kept in flight on ``conn``, ids ``msg0``,
+    ``msg0 + 1``, ...; message k carries the bytes of ``seeds[k % len(seeds)]``. A
+    ``send`` stream posts no message after ``until_s`` from the start (required); a
+    ``recv`` stream keeps receives posted until the driver's stdin ends."""
+
+    conn: int
+    kind: str
+    size: int
+    msg0: int
+    seeds: tuple[int, ...]
+    window: int = 1
+    bound: LossBound | None = None
+    until_s: float | None = None
+
+    def __post_init__(self) -> None:
+        where = f"StreamPlan ({self.conn}, {self.kind!r})"
+        if self.kind not in STREAM_KINDS:
+            raise ValueError(f"{where}: kind={self.kind!r} must be one of {STREAM_KINDS}")
+        if self.kind == "send" and self.until_s is None:
+            raise ValueError(f"{where}: a send stream needs until_s (seconds from the start)")
+        if not self.seeds or self.size <= 0 or self.window < 1:
+            raise ValueError(f"{where}: seeds={list(self.seeds)}, size={self.size}, "
+                             f"window={self.window}: at least one seed, size > 0 and "
+                             "window >= 1 required")
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields(self)
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = "StreamPlan") -> StreamPlan:
+        return _build(cls, data, where)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostPlan:
+    """One host's plan: what its driver (or its share of an engine) runs.
+
+    ``addr``: the host's address; ``config``: its transport's settings (the class of
+    ``registry.get(transport).config``); ``seed``: its cores' seeds (connection c's core
+    gets ``seed * 1000 + c``); ``deadline_s``: how long it runs at most from the start;
+    ``timeline_s``: the goodput timeline's sampling period; ``tick_s``: the engine's
+    wake-up tick of a single-host driver (None: transports/io/tick.py's).
+    """
+
+    host: str
+    addr: str
+    transport: str
+    config: TransportSettings
+    seed: int = 0
+    deadline_s: float = 60.0
+    conns: tuple[ConnPlan, ...]
+    sends: tuple[MessagePlan, ...] = ()
+    recvs: tuple[MessagePlan, ...] = ()
+    streams: tuple[StreamPlan, ...] = ()
+    timeline_s: float = TIMELINE_S
+    tick_s: float | None = None
+
+    def __post_init__(self) -> None:
+        want = registry.get(self.transport).config
+        if type(self.config) is not want:
+            raise ValueError(f"HostPlan {self.host}: config is a {type(self.config).__name__}: "
+                             f"transport {self.transport!r} takes a {want.__name__}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = _fields(self)
+        out["config"] = registry.get(self.transport).plan_config(self.config)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = "HostPlan") -> HostPlan:
+        obj = _object(data, where)
+        transport = obj.get("transport")
+        if not isinstance(transport, str):
+            raise ValueError(f"{where}.transport = {transport!r}: must be one of "
+                             f"{', '.join(registry.names())}")
+        try:
+            decl = registry.get(transport)
+        except registry.UnknownTransport as e:
+            raise ValueError(f"{where}: {e}") from None
+        raw = obj.get("config", {})
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"{where}.config = {raw!r}: must be an object of "
+                             f"{decl.config.__name__} keys")
+        try:
+            config = settings_from(decl.config(), raw)
+        except ValueError as e:  # UnknownKey, InvalidValue: name the key and what is valid
+            raise ValueError(f"{where}.config: {e}") from None
+        return _build(cls, {**obj, "config": config}, where, ready=("config",))
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnginePlan:
+    """Engine ``engine`` serving ``hosts``, each host's sockets made in the namespace
+    file ``netns[host]`` (/run/netns/NAME; a host not named: the engine's own), waking at
+    most every ``tick_s`` (None: transports/io/tick.py's)."""
+
+    engine: int
+    hosts: tuple[HostPlan, ...]
+    netns: Mapping[str, str] = field(default_factory=dict)
+    tick_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.hosts:
+            raise ValueError(f"EnginePlan {self.engine}: an engine needs at least one host")
+        names = [h.host for h in self.hosts]
+        stray = sorted(set(self.netns) - set(names))
+        if stray:
+            raise ValueError(f"EnginePlan {self.engine}: netns names {stray}, not hosts of "
+                             f"this engine ({names})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "hosts": [h.to_dict() for h in self.hosts],
+                "netns": dict(self.netns), "tick_s": self.tick_s}
+
+    @classmethod
+    def from_dict(cls, data: object, where: str = "EnginePlan") -> EnginePlan:
+        return _build(cls, data, where)
+
+
+def decode_plan(data: object) -> HostPlan | EnginePlan:
+    """A driver's plan as read from its stdin: an engine's (it has ``hosts``) or one
+    host's; ValueError naming what is wrong."""
+    if isinstance(data, Mapping) and "hosts" in data:
+        return EnginePlan.from_dict(data)
+    return HostPlan.from_dict(data)
+
+
+# --------------------------------------------------------------------------------------
+# The codec: records to JSON-able data and back, checked against their type hints
+# --------------------------------------------------------------------------------------
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    """A record's fields as JSON-able data."""
+    return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+def _plain(obj: Any) -> Any:
+    """JSON-able data: records to dicts (a record's own ``to_dict``), tuples to lists."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        to_dict = getattr(obj, "to_dict", None)
+        return to_dict() if to_dict is not None else _fields(obj)
+    if isinstance(obj, Mapping):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _object(data: object, where: str) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where}: must be an object, not {type(data).__name__}")
+    return dict(data)
+
+
+def _build(cls: type[_R], data: object, where: str, ready: tuple[str, ...] = ()) -> _R:
+    """A ``cls`` from its fields' data (those in ``ready`` already decoded)."""
+    obj = _object(data, where)
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cast(Any, cls))
+    names = [f.name for f in fields]
+    unknown = sorted(set(obj) - set(names))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; keys are {names}")
+    required = [f.name for f in fields if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING]
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise ValueError(f"{where}: required keys {missing} missing; keys are {names}")
+    args = {k: v if k in ready else _value(hints[k], v, f"{where}.{k}") for k, v in obj.items()}
+    try:
+        return cls(**args)
+    except (TypeError, ValueError) as e:  # a rule of the record (its __post_init__)
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _value(tp: Any, v: Any, where: str) -> Any:
+    """``v`` (decoded JSON) as type ``tp``: the inverse of ``_plain``."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return v
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        if v is None:
+            return None  # every union here is ``X | None``
+        return _value(options[0], v, where)
+    if dataclasses.is_dataclass(tp):
+        from_dict = getattr(tp, "from_dict", None)
+        if from_dict is not None:
+            return from_dict(v, where)
+        return _build(cast(type, tp), v, where)
+    if origin is tuple:
+        if not isinstance(v, list | tuple):
+            raise ValueError(f"{where} = {v!r}: must be an array")
+        item = typing.get_args(tp)[0]
+        return tuple(_value(item, x, f"{where}[{i}]") for i, x in enumerate(v))
+    if origin in (Mapping, dict):
+        if not isinstance(v, Mapping):
+            raise ValueError(f"{where} = {v!r}: must be an object")
+        _, vt = typing.get_args(tp)
+        return {str(k): _value(vt, x, f"{where}[{k}]") for k, x in v.items()}
+    if tp is float:
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return float(v)
+    elif tp is int or tp is str or tp is bool:
+        if type(v) is tp:
+            return v
+    else:
+        raise TypeError(f"{where}: no decoding for {tp!r}")  # a record definition's bug
+    raise ValueError(f"{where} = {v!r}: must be {getattr(tp, '__name__', tp)}")
