@@ -2,9 +2,9 @@
 
 What a driver or an in-process endpoint needs to know before it opens a socket, and
 what the benches, collectives and training workers share: one host's end of a
-connection as a plan entry (``conn_spec``), the content of a test message
-(``message_bytes``, ``placed_exactly``) and the ordering of a plan's messages
-(``AfterGate``). The transports themselves, their settings and cores are declared in
+connection as a plan entry (``conn_spec``: a transports/planrecord.py ``ConnPlan``), the
+content of a test message (``message_bytes``, ``placed_exactly``) and the ordering of a
+plan's messages (``AfterGate``). The transports themselves, their settings and cores are declared in
 transports/registry.py; ``DEFAULT_CONFIG`` is each one's run defaults as plan data.
 """
 
@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from emu.errors import EmuError
 from topologies import MultiPlaneClos, ScaleAcross
 from transports import registry
+from transports.planrecord import ConnPlan
 
 T = TypeVar("T")
 
@@ -31,7 +32,7 @@ RC_SPORT_BASE = 49152  # a per-plane transport's source ports: this + the connec
 
 
 def conn_spec(spec: MultiPlaneClos | ScaleAcross, transport: str, a: str, b: str, conn: int,
-              lane: int = 0, sport_base: int = RC_SPORT_BASE) -> dict[str, Any]:
+              lane: int = 0, sport_base: int = RC_SPORT_BASE) -> ConnPlan:
     """Host ``a``'s end of connection ``conn`` to ``b``, as a driver/endpoint plan entry.
 
     A transport whose paths are SRv6 (MRC, DBLP): every SRv6 path of the pair (transit
@@ -42,20 +43,21 @@ def conn_spec(spec: MultiPlaneClos | ScaleAcross, transport: str, a: str, b: str
     another draw of the hash). Otherwise (TCP): the loopbacks.
     """
     caps = registry.get(transport).caps
-    c: dict[str, Any] = {"conn": conn, "peer": b, "peer_addr": str(spec.address(b))}
     if caps.needs_srv6:
         paths = spec.paths(a, b)
-        c["paths"] = [[str(s) for s in p.segments[:-1]] for p in paths]
-        c["nics"] = [p.plane for p in paths]  # the NIC (plane) each EV leaves by
-    elif caps.per_plane:
+        return ConnPlan(conn=conn, peer=b, peer_addr=str(spec.address(b)),
+                        paths=tuple(tuple(str(s) for s in p.segments[:-1]) for p in paths),
+                        nics=tuple(p.plane for p in paths))  # the NIC (plane) each EV leaves by
+    if caps.per_plane:
         if not hasattr(spec, "plane_address"):
             multi = " or ".join(registry.names(lambda t: t.caps.needs_srv6))
             raise EmuError(f"{transport} needs a single-DC fabric: its per-plane QP addresses "
                            f"are not routed across DCs (use {multi})")
-        c["src_addr"] = str(spec.plane_address(a, lane % spec.planes))
-        c["peer_addr"] = str(spec.plane_address(b, lane % spec.planes))
-        c["sport"] = sport_base + conn  # one fixed 5-tuple: ECMP picks the spine
-    return c
+        return ConnPlan(conn=conn, peer=b,
+                        peer_addr=str(spec.plane_address(b, lane % spec.planes)),
+                        src_addr=str(spec.plane_address(a, lane % spec.planes)),
+                        sport=sport_base + conn)  # one fixed 5-tuple: ECMP picks the spine
+    return ConnPlan(conn=conn, peer=b, peer_addr=str(spec.address(b)))
 
 
 def message_bytes(seed: int, size: int) -> bytes:
@@ -82,7 +84,7 @@ def placed_exactly(got: bytes | bytearray, ref: bytes, missing: Iterable[int] = 
 
 class AfterGate(Generic[T]):
     """Items that wait for earlier messages to complete (a plan's ``after``: one message
-    id or a list of them). ``add`` holds an item until every id it names is ``done``;
+    id or several). ``add`` holds an item until every id it names is ``done``;
     ids already done count as done."""
 
     def __init__(self) -> None:
@@ -90,7 +92,7 @@ class AfterGate(Generic[T]):
         self._waits: dict[int, list[tuple[T, set[int]]]] = {}
         self._done: set[int] = set()
 
-    def add(self, after: int | list[int] | None, item: T) -> bool:
+    def add(self, after: int | Iterable[int] | None, item: T) -> bool:
         """Hold ``item`` until ``after`` completed; False if there is nothing to wait for."""
         ids: set[int] = (set() if after is None else {after} if isinstance(after, int)
                          else set(after))

@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # At run time, not only for type checking: the codec resolves WorkerConfig's field
-# types (``dblp: DblpConfig | None``, ``transport_config: TransportSettings``) by name in
-# this module.
+# types (``dblp: DblpConfig | None``, ``transport_config: TransportSettings``,
+# ``conns``' ConnPlan) by name in this module.
 from transports import registry
+from transports.planrecord import ConnPlan
 from transports.registry import TransportSettings
 from workloads.experiment.dblp import DblpConfig
 
@@ -61,8 +62,8 @@ class WorkerConfig:
 
     ``transport_config``: the transport's settings (transports/registry.py: its own
     dataclass, as the experiment resolved it). ``conns``: peer rank -> this rank's
-    connection plan entries to it (one per lane; transports.plan.conn_spec's format),
-    empty for gloo. ``groups``: the ranks of
+    connections to it (one per lane; transports/planrecord.py ``ConnPlan``, as
+    transports.plan.conn_spec makes them), empty for gloo. ``groups``: the ranks of
     each DC for the hierarchical all-reduce. ``compute_ms``: the modelled compute
     (data parallel: one step's forward + backward; pipeline: one microbatch's forward +
     backward on one stage), None in measured mode. ``first_gate``: the first step after
@@ -78,7 +79,7 @@ class WorkerConfig:
     master_port: int
     transport: str
     transport_config: TransportSettings
-    conns: Mapping[int, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    conns: Mapping[int, tuple[ConnPlan, ...]] = field(default_factory=dict)
     # What the experiment resolved: required here, so no default can drift from the
     # experiment's own (workloads/experiment/config.py, the one place they are written).
     collective: str

@@ -34,6 +34,7 @@ from emu import childproto
 from emu.errors import EmuError
 from emu.launch import ChildGroup
 from transports import registry
+from transports.planrecord import ConnPlan
 
 # Every reliable transport a training job may use (transports/registry.py)
 TRANSPORTS = registry.names(lambda t: t.caps.training and t.caps.reliable)
@@ -86,8 +87,8 @@ def run_rank(cfg: dict) -> dict:
         from workloads.collectives.comm import drive
         from workloads.collectives.transportcomm import TransportComm
 
-        comm = TransportComm(cfg["transport"], cfg["rank"], cfg["size"],
-                             {int(p): c for p, c in cfg["conns"].items()},
+        conns = {int(p): [ConnPlan.from_dict(c) for c in cs] for p, cs in cfg["conns"].items()}
+        comm = TransportComm(cfg["transport"], cfg["rank"], cfg["size"], conns,
                              registry.get(cfg["transport"]).defaults, cfg["seed"])
 
         def once() -> None:
@@ -131,7 +132,8 @@ def _run(fab, transport: str, hosts: list[str], nbytes: int, iters: int,
             cfg = {"transport": transport, "rank": r, "size": len(hosts), "nbytes": nbytes,
                    "iters": iters, "seed": seed,
                    "addr": str(spec.address(h)), "master": str(spec.address(hosts[0])),
-                   "conns": ({str(p): c for p, c in conns[r].items()} if conns else {})}
+                   "conns": ({str(p): [c.to_dict() for c in cs] for p, cs in conns[r].items()}
+                             if conns else {})}
             group.spawn(f"{transport} rank {r} on {h}",
                         fab.in_netns(h, sys.executable, "-m", "commands.bench.allreduce"),
                         config=cfg, env={"OMP_NUM_THREADS": "1"})

@@ -8,26 +8,25 @@ one wake-up carries the datagrams of tens of packets of many hosts, in batched s
 process of its own (transports/io/hostrun.py). Started with a single host's plan, it runs
 that host in the namespace it was started in (the soak's drivers, a host's own process).
 
-The plan (JSON on stdin), either one host's::
-
-    {"host", "addr", "transport", "config", "seed", "deadline_s", "conns", "sends",
-     "recvs", "streams", "timeline_s", "tick_s"}
-
-or an engine's: ``{"engine": i, "tick_s", "hosts": [plan, ...], "netns": {host: path}}``
-(each path a namespace file, /run/netns/NAME). Connections, messages and for MRC the
-transit segments of every path (EV) to each peer are as transports/plan.py makes them.
-Message bytes are generated from a seed on both ends, so the receiver verifies them by
-SHA-256 without the harness shipping data. A progress line per completed message goes to
-stderr.
+The plan (JSON on stdin) is a typed record of transports/planrecord.py, decoded once at
+the start (``decode_plan``: an unknown key, a missing one or a wrong type ends the driver
+naming it): either one host's (``HostPlan``: its address, transport and settings, seed,
+deadline, connections (``ConnPlan``), messages to send and receive (``MessagePlan``),
+streams (``StreamPlan``), timeline period and tick) or an engine's (``EnginePlan``: its id,
+tick, hosts' plans and the namespace file of each host, /run/netns/NAME). Connections,
+and for MRC the transit segments of every path (EV) to each peer, are as
+transports/plan.py ``conn_spec`` makes them. Message bytes are generated from a seed on
+both ends, so the receiver verifies them by SHA-256 without the harness shipping data. A
+progress line per completed message goes to stderr.
 
 It speaks the emulator's child protocol (emu.childproto): line 1 of stdin is the plan;
 the driver sets up, says ``ready``, reads the ``start`` record (the CLOCK_MONOTONIC
 instant at which all drivers post their sends) and ends with one ``result`` record on
 stdout: one host's result, or an engine's ``{"engine": {...}, "hosts": {host: result}}``.
 
-**Streams** (``plan["streams"]``, for soak runs): instead of listing every message,
-an entry ``{"conn", "kind": "send" | "recv", "size", "msg0", "seeds", "window",
-"bound", "until_s"}`` keeps ``window`` messages of ``size`` bytes in flight on its
+**Streams** (``HostPlan.streams``, for soak runs): instead of listing every message,
+an entry (``StreamPlan``: conn, kind "send" | "recv", size, msg0, seeds, window,
+bound, until_s) keeps ``window`` messages of ``size`` bytes in flight on its
 connection, ids ``msg0``, ``msg0 + 1``, ...; message k carries the bytes of
 ``seeds[k % len(seeds)]`` (generated once, before the start; the receiver keeps
 their SHA-256 and checks every message, bytes missing from a bounded DBLP round
@@ -37,7 +36,7 @@ of messages). A send stream posts no message after ``until_s`` from the start, s
 keep a receive posted until the parent closes the driver's stdin (it does once
 every sender said ``sent``). Each stream reports counts (posted, ok, failed, bytes,
 bytes not exact, rounds outside their loss bound, ...) and the ids still open at
-the end, never a record per message. ``plan["timeline_s"]`` sets the goodput
+the end, never a record per message. ``HostPlan.timeline_s`` sets the goodput
 timeline's sampling period (default 0.01 s; a soak of minutes wants seconds).
 
 CPU: the process's own (user and system) from the start on, less checking the received
@@ -52,6 +51,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Mapping, Sequence
 
 from emu import childproto
 from emu.netns import entered
@@ -62,6 +62,7 @@ from transports.io.loop import EventLoop
 from transports.io.sockets import HostSockets
 from transports.io.tick import TICK_S
 from transports.plan import message_bytes
+from transports.planrecord import EnginePlan, HostPlan, decode_plan
 
 __all__ = ["SENT", "TIMELINE_S", "Driver", "main", "wait_for_start"]
 
@@ -70,7 +71,7 @@ class Driver:
     """Hosts' plans run on one event loop: every host's sockets (each made in its
     namespace when ``netns`` names one), then the loop until all are done."""
 
-    def __init__(self, plans: list[dict], netns: dict[str, str] | None = None,
+    def __init__(self, plans: Sequence[HostPlan], netns: Mapping[str, str] | None = None,
                  tick_s: float = TICK_S, engine: int | None = None) -> None:
         if not plans:
             raise SystemExit("a driver needs at least one host's plan")
@@ -78,11 +79,11 @@ class Driver:
         self.loop = EventLoop(idle_s=0.05, tick_s=tick_s)
         self.hosts: list[HostRun] = []
         for plan in plans:
-            path = (netns or {}).get(plan["host"])
+            path = (netns or {}).get(plan.host)
             run = _host_in(path, plan) if path else HostRun(plan, HostSockets())
             self.loop.add(run.socks, run.conns, run.completed)
             self.hosts.append(run)
-        self.deadline_s = max(p.get("deadline_s", 60.0) for p in plans)
+        self.deadline_s = max(p.deadline_s for p in plans)
 
     def run(self) -> dict:
         """Every host's plan from the common start until all are done or the deadline;
@@ -147,7 +148,7 @@ class Driver:
                 "hosts": results}
 
 
-def _host_in(path: str, plan: dict) -> HostRun:
+def _host_in(path: str, plan: HostPlan) -> HostRun:
     """A host's plan with its sockets made inside the namespace at ``path`` (each socket
     stays bound to the namespace it was made in)."""
     fd = os.open(path, os.O_RDONLY)
@@ -179,16 +180,19 @@ def wait_for_start() -> float:
 
 def main() -> int:
     childproto.die_with_parent()
-    plan = childproto.read_config()
-    if "hosts" in plan:  # an engine serving many hosts
-        result = Driver(plan["hosts"], plan.get("netns"), plan.get("tick_s", TICK_S),
-                        engine=plan.get("engine", 0)).run()
-    elif registry.get(plan["transport"]).core is None:  # the kernel's TCP
+    try:
+        plan = decode_plan(childproto.read_config())
+    except ValueError as e:
+        raise SystemExit(f"the driver's plan: {e}") from None
+    tick_s = TICK_S if plan.tick_s is None else plan.tick_s
+    if isinstance(plan, EnginePlan):  # an engine serving many hosts
+        result = Driver(plan.hosts, plan.netns, tick_s, engine=plan.engine).run()
+    elif registry.get(plan.transport).core is None:  # the kernel's TCP
         from transports.io.tcp import run_tcp
 
         result = run_tcp(plan, message_bytes, wait_for_start)
     else:
-        result = Driver([plan], tick_s=plan.get("tick_s", TICK_S)).run()
+        result = Driver([plan], tick_s=tick_s).run()
     childproto.emit("result", **result)
     return 0
 

@@ -21,16 +21,14 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from transports.core.api import Completion
 from transports.io.loop import EventLoop
 from transports.io.sockets import Conn, HostSockets
+from transports.planrecord import ConnPlan
 from transports.registry import make_core
-
-if TYPE_CHECKING:
-    pass
 
 OnDone = Callable[[Completion], None]
 
@@ -42,7 +40,7 @@ class EndpointError(RuntimeError):
 class Endpoint:
     """One host's connections, sockets and engine thread."""
 
-    def __init__(self, transport: str, conns: list[dict], config: dict | None = None,
+    def __init__(self, transport: str, conns: Sequence[ConnPlan], config: Any = None,
                  seed: int = 0, realtime: bool = True) -> None:
         self.transport = transport
         # The engine thread asks for the lowest SCHED_FIFO priority, as a NIC does not wait
@@ -54,9 +52,9 @@ class Endpoint:
         self.socks = HostSockets()
         self.conns: dict[int, Conn] = {}
         for c in conns:
-            core = make_core(transport, c["conn"], len(c.get("paths") or [[]]), config or {},
-                             seed * 1000 + c["conn"], c.get("nics"))
-            self.conns[c["conn"]] = self.socks.conn(c, core)
+            core = make_core(transport, c.conn, c.evs, config or {}, seed * 1000 + c.conn,
+                             c.nics)
+            self.conns[c.conn] = self.socks.conn(c, core)
         self.loop: EventLoop | None = None  # made by the engine thread
         self._cmds: deque[tuple] = deque()
         self._cb: dict[tuple[int, str, int], OnDone] = {}

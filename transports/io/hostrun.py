@@ -19,39 +19,39 @@ from transports.io.footprint import state_sizes
 from transports.io.sockets import Conn, HostSockets
 from transports.io.streams import RecvStream, SendStream, bound_arg, prefault
 from transports.plan import AfterGate, message_bytes, placed_exactly
+from transports.planrecord import TIMELINE_S, HostPlan, MessagePlan
 from transports.registry import make_core
 
-TIMELINE_S = 0.01  # goodput timeline's default sampling period
+__all__ = ["EV_LOG_MAX", "SENT", "TIMELINE_S", "HostRun"]
 EV_LOG_MAX = 512  # EV state changes kept with their times (``ev_log``); later ones counted
 SENT = "sent"  # the record a driver writes once all of a host's send streams are done
 
 
 class HostRun:
-    """One host's plan (transports/io/driver.py has its format) on its sockets."""
+    """One host's plan (transports/planrecord.py ``HostPlan``) on its sockets."""
 
-    def __init__(self, plan: dict, socks: HostSockets) -> None:
+    def __init__(self, plan: HostPlan, socks: HostSockets) -> None:
         self.plan = plan
-        self.host = plan["host"]
-        self.transport = plan["transport"]
+        self.host = plan.host
+        self.transport = plan.transport
         self.socks = socks
         self.conns: dict[int, Conn] = {}
         self.verify_cpu_s = 0.0  # CPU spent checking received bytes (not the transport's)
-        addr = plan["addr"]
-        for c in plan["conns"]:
-            core = make_core(self.transport, c["conn"], len(c.get("paths") or [[]]),
-                             plan.get("config", {}), plan.get("seed", 0) * 1000 + c["conn"],
-                             c.get("nics"))
-            self.conns[c["conn"]] = socks.conn({"src_addr": addr, **c}, core)
+        for c in plan.conns:
+            core = make_core(self.transport, c.conn, c.evs, plan.config,
+                             plan.seed * 1000 + c.conn, c.nics)
+            self.conns[c.conn] = socks.conn(c, core, plan.addr)
         self._send = socks.send
-        self.chunk = plan.get("config", {}).get("mtu_payload", 8000)
+        self.chunk = int(getattr(plan.config, "mtu_payload", 8000))
         # streams (soak runs), by (connection, "send" | "recv"): payloads made now
         self.streams: dict[tuple[int, str], SendStream | RecvStream] = {}
-        for st in plan.get("streams", []):
-            key = (st["conn"], st["kind"])
-            if key in self.streams or st["kind"] not in ("send", "recv"):
-                raise SystemExit(f"stream {key}: one send and one recv stream per connection")
-            conn = self.conns[st["conn"]]
-            self.streams[key] = (SendStream(st, conn) if st["kind"] == "send"
+        for st in plan.streams:
+            key = (st.conn, st.kind)
+            if key in self.streams or st.conn not in self.conns:
+                raise SystemExit(f"stream {key}: one send and one recv stream per connection "
+                                 f"of the plan (connections {sorted(self.conns)})")
+            conn = self.conns[st.conn]
+            self.streams[key] = (SendStream(st, conn) if st.kind == "send"
                                  else RecvStream(st, conn, self.chunk))
         self.sends = [st for st in self.streams.values() if isinstance(st, SendStream)]
         self.recvs = [st for st in self.streams.values() if isinstance(st, RecvStream)]
@@ -61,24 +61,24 @@ class HostRun:
         self.ev_log: list[list] = []
         self.t0 = 0.0
         self.pending = 0
-        self.expect: dict[tuple[int, int, str], dict] = {}
+        self.expect: dict[tuple[int, int, str], MessagePlan] = {}
         self.bufs: dict[tuple[int, int], bytearray] = {}
         self.refs: dict[tuple[int, int], bytes] = {}
         # A receive with "after" (a message id or a list of them) is posted once the
         # receives of all those messages completed: a round's buffer (and its deadline
         # clock) starts when the previous round ended on every lane.
-        self.recv_waiting: AfterGate[dict] = AfterGate()
+        self.recv_waiting: AfterGate[MessagePlan] = AfterGate()
         # A send with "after" is posted once the sends of all those messages completed
         # (synchronous rounds: every lane of round i before any lane of round i + 1).
-        self.waiting: AfterGate[tuple[dict, bytes]] = AfterGate()
-        self.first: list[tuple[dict, bytes]] = []
+        self.waiting: AfterGate[tuple[MessagePlan, bytes]] = AfterGate()
+        self.first: list[tuple[MessagePlan, bytes]] = []
         self.posted: dict[int, float] = {}
         self.done: list[dict] = []
         self.timeline: list[tuple[float, int]] = []  # (t, bytes placed so far) for goodput
         self.placed = 0
         self.sending = len(self.sends)  # send streams not finished
         self.next_sample = 0.0
-        self.timeline_s = plan.get("timeline_s", TIMELINE_S)
+        self.timeline_s = plan.timeline_s
         self._prepare()
 
     def __repr__(self) -> str:
@@ -86,21 +86,21 @@ class HostRun:
 
     def _prepare(self) -> None:
         """Buffers and message contents, made before the start (not charged to the run)."""
-        for r in self.plan.get("recvs", []):
-            buf = self.bufs[(r["conn"], r["msg"])] = bytearray(r["size"])
+        for r in self.plan.recvs:
+            buf = self.bufs[(r.conn, r.msg)] = bytearray(r.size)
             prefault(buf)  # now, not charged to the transport's CPU during the run
             # the content it must receive, made now: during the run it would take the CPU
             # from the transfers still running on this machine
-            self.refs[(r["conn"], r["msg"])] = message_bytes(r["seed"], r["size"])
-            self.expect[(r["conn"], r["msg"], "recv")] = r
+            self.refs[(r.conn, r.msg)] = message_bytes(r.seed, r.size)
+            self.expect[(r.conn, r.msg, "recv")] = r
             self.pending += 1
-            if not self.recv_waiting.add(r.get("after"), r):
+            if not self.recv_waiting.add(r.after, r):
                 self._post_recv(r, time.monotonic())
-        for s in self.plan.get("sends", []):
-            item = (s, message_bytes(s["seed"], s["size"]))
-            if not self.waiting.add(s.get("after"), item):
+        for s in self.plan.sends:
+            item = (s, message_bytes(s.seed, s.size))
+            if not self.waiting.add(s.after, item):
                 self.first.append(item)
-            self.expect[(s["conn"], s["msg"], "send")] = s
+            self.expect[(s.conn, s.msg, "send")] = s
             self.pending += 1
 
     @property
@@ -170,7 +170,7 @@ class HostRun:
             if not any(d["conn"] == key[0] and d["msg"] == key[1] and d["kind"] == key[2]
                        for d in done):
                 done.append({"conn": key[0], "msg": key[1], "kind": key[2], "ok": False,
-                             "error": "deadline", "bytes": want["size"]})
+                             "error": "deadline", "bytes": want.size})
         return {
             "host": self.host, "transport": self.transport, "t0": self.t0,
             "messages": done, "timeline": self.timeline, "posted": self.posted,
@@ -199,15 +199,15 @@ class HostRun:
         if not self.stopping:
             st.fill(now, self._send)
 
-    def _post_recv(self, r: dict, now: float) -> None:
-        conn = self.conns[r["conn"]]
-        self._send(conn, conn.core.post_recv(r["msg"], self.bufs[(r["conn"], r["msg"])], now,
-                                             **bound_arg(r)))
+    def _post_recv(self, r: MessagePlan, now: float) -> None:
+        conn = self.conns[r.conn]
+        self._send(conn, conn.core.post_recv(r.msg, self.bufs[(r.conn, r.msg)], now,
+                                             **bound_arg(r.bound)))
 
-    def _post_send(self, s: dict, data: bytes, now: float) -> None:
-        conn = self.conns[s["conn"]]
-        self.posted[s["msg"]] = round(now - self.t0, 6)
-        self._send(conn, conn.core.post_send(s["msg"], data, now, **bound_arg(s)))
+    def _post_send(self, s: MessagePlan, data: bytes, now: float) -> None:
+        conn = self.conns[s.conn]
+        self.posted[s.msg] = round(now - self.t0, 6)
+        self._send(conn, conn.core.post_send(s.msg, data, now, **bound_arg(s.bound)))
 
     def _bytes_in(self) -> int:
         # Bytes placed so far, including partially received messages, from the cores.

@@ -26,6 +26,7 @@ from transports.core.api import Core, Tx
 from transports.core.rto import HostDelay
 from transports.core.wire import DATA, FLAG_TAIL, UDP_PORT
 from transports.native.batchio import RxBatch, TxBatch, enable_timestamps, sockaddr
+from transports.planrecord import ConnPlan
 
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
 RX_BATCH = 64  # datagrams one recvmmsg reads
@@ -78,12 +79,13 @@ class HostSockets:
         self.internal_errors: list[str] = []
         self.received = self.sent = self.refused = 0  # datagrams
 
-    def conn(self, c: dict, core: Core) -> Conn:
-        """The ``Conn`` of plan entry ``c`` (see transports.plan.conn_spec)."""
-        paths = c.get("paths") or [[]]
-        src = c.get("src_addr", "::")
-        socks = [self._sock_for(tuple(p), c.get("sport", 0), src) for p in paths]
-        return Conn(core, (c["peer_addr"], UDP_PORT), socks, [0] * len(paths))
+    def conn(self, c: ConnPlan, core: Core, src: str = "::") -> Conn:
+        """The ``Conn`` of plan entry ``c`` (transports.plan.conn_spec), its sockets bound
+        to ``c.src_addr``, else to ``src``."""
+        paths = c.paths or ((),)
+        src = c.src_addr or src
+        socks = [self._sock_for(p, c.sport, src) for p in paths]
+        return Conn(core, (c.peer_addr, UDP_PORT), socks, [0] * len(paths))
 
     def _sock_for(self, transit: tuple[str, ...], sport: int, src: str) -> socket.socket:
         key = transit + ((f"sport{sport}", src) if not transit else ())

@@ -1,20 +1,22 @@
 """The streams of a driver's plan (soak runs): messages kept in flight on a connection
 without a record per message.
 
-An entry ``{"conn", "kind": "send" | "recv", "size", "msg0", "seeds", "window", "bound",
-"until_s"}`` keeps ``window`` messages of ``size`` bytes in flight on its connection, ids
-``msg0``, ``msg0 + 1``, ...; message k carries the bytes of ``seeds[k % len(seeds)]``
-(generated once, before the start). :class:`SendStream` posts no message after
-``until_s``; :class:`RecvStream` checks every message against its seed's SHA-256 (bytes
-missing from a bounded DBLP round aside), then clears and reuses its buffers. Both count
-(posted, ok, failed, bytes, ...) and report the ids still open.
+An entry (transports/planrecord.py ``StreamPlan``: conn, kind "send" | "recv", size, msg0,
+seeds, window, bound, until_s) keeps ``window`` messages of ``size`` bytes in flight on
+its connection, ids ``msg0``, ``msg0 + 1``, ...; message k carries the bytes of
+``seeds[k % len(seeds)]`` (generated once, before the start). :class:`SendStream` posts no message
+after ``until_s``; :class:`RecvStream` checks every message against its seed's SHA-256
+(bytes missing from a bounded DBLP round aside), then clears and reuses its buffers. Both
+count (posted, ok, failed, bytes, ...) and report the ids still open.
 """
 
 from __future__ import annotations
 
 from transports.core.api import Completion
+from transports.core.bound import LossBound
 from transports.io.sockets import Conn
 from transports.plan import message_bytes, placed_exactly
+from transports.planrecord import StreamPlan
 
 PAGE = 4096
 MAX_STREAM_ERRORS = 5  # error strings a stream keeps (the rest are counted)
@@ -26,26 +28,23 @@ def prefault(buf: bytearray) -> None:
     buf[::PAGE] = bytes(len(range(0, len(buf), PAGE)))
 
 
-def bound_arg(item: dict) -> dict:
+def bound_arg(bound: LossBound | None) -> dict[str, LossBound]:
     """The ``bound=`` argument of a bounded-loss (DBLP) message, if the plan gives one."""
-    b = item.get("bound")
-    if b is None:
-        return {}
-    from transports.core.bound import LossBound
-
-    return {"bound": LossBound(**b)}
+    return {} if bound is None else {"bound": bound}
 
 
 class SendStream:
     """A send stream of the plan: ``window`` messages in flight until ``until_s``."""
 
-    def __init__(self, spec: dict, conn: Conn) -> None:
+    def __init__(self, spec: StreamPlan, conn: Conn) -> None:
+        if spec.until_s is None:  # StreamPlan refuses a send stream without it
+            raise ValueError(f"send stream {spec.conn}: until_s is required")
         self.conn = conn
-        self.msg0, self.size = int(spec["msg0"]), int(spec["size"])
-        self.window = int(spec.get("window", 1))
-        self.until_s = float(spec["until_s"])
-        self.bound = bound_arg(spec)
-        self.payloads = [message_bytes(seed, self.size) for seed in spec["seeds"]]
+        self.msg0, self.size = spec.msg0, spec.size
+        self.window = spec.window
+        self.until_s = spec.until_s
+        self.bound = bound_arg(spec.bound)
+        self.payloads = [message_bytes(seed, self.size) for seed in spec.seeds]
         self.next = 0  # messages posted
         self.posted_at: dict[int, float] = {}  # in flight: at most ``window``
         self.ok = self.failed = self.bytes = 0
@@ -92,15 +91,15 @@ class RecvStream:
     completion against the SHA-256 of its seed's bytes, its buffer then cleared and
     reused."""
 
-    def __init__(self, spec: dict, conn: Conn, chunk: int) -> None:
+    def __init__(self, spec: StreamPlan, conn: Conn, chunk: int) -> None:
         self.conn = conn
-        self.msg0, self.size = int(spec["msg0"]), int(spec["size"])
-        self.bound = bound_arg(spec)
-        self.tolerance = float((spec.get("bound") or {}).get("tolerance", 0.0))
+        self.msg0, self.size = spec.msg0, spec.size
+        self.bound = bound_arg(spec.bound)
+        self.tolerance = spec.bound.tolerance if spec.bound is not None else 0.0
         self.chunk = chunk
-        self.refs = [message_bytes(seed, self.size) for seed in spec["seeds"]]
+        self.refs = [message_bytes(seed, self.size) for seed in spec.seeds]
         self.zeros = bytes(self.size)
-        self.free = [bytearray(self.size) for _ in range(int(spec.get("window", 1)))]
+        self.free = [bytearray(self.size) for _ in range(spec.window)]
         for buf in self.free:  # faulted in now, not during the run
             prefault(buf)
         self.posted: dict[int, bytearray] = {}

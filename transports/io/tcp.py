@@ -10,10 +10,10 @@ ECMP hashes each connection's 5-tuple once (the fabric hashes no flow label),
 so a connection keeps one path for its life.
 
 The kernel's TCP is left as it is (its RTO floor is Linux's 200 ms, TCP_RTO_MIN;
-RACK, TLP and SACK on). Plan ``config`` keys, all optional: ``cc`` (a congestion
-control for TCP_CONGESTION, else the namespace's default), ``sport`` (the source
-port of the connections this host opens: with 5-tuple ECMP it picks the path),
-``port`` (the listening port, TCP_PORT by default). Sockets run with TCP_NODELAY,
+RACK, TLP and SACK on). The plan's ``config`` is transports/kernel.py's ``TcpConfig``:
+``cc`` (a congestion control for TCP_CONGESTION, else the namespace's default),
+``sport`` (the source port of the connections this host opens: with 5-tuple ECMP it
+picks the path), ``port`` (the listening port, TCP_PORT by default). Sockets run with TCP_NODELAY,
 as ML collectives' sockets do (Gloo, NCCL's socket transport).
 
 Per connection the result's ``tcp_info`` (connections this host opened) and
@@ -38,12 +38,15 @@ import socket
 import struct
 import time
 
-from transports.kernel import TCP_PORT
+from transports.kernel import TCP_PORT, TcpConfig
 from transports.plan import AfterGate, placed_exactly
+from transports.planrecord import HostPlan, MessagePlan
 
 _PREFIX = struct.Struct("!QQ")
 _ACK = struct.Struct("!Q")
 TCP_INFO_LEN = 256
+__all__ = ["TCP_PORT", "conn_stats", "netstat", "parse_tcp_info", "run_tcp", "send_deltas",
+           "tcp_info"]
 
 
 def parse_tcp_info(raw: bytes) -> dict:
@@ -123,15 +126,19 @@ class _Conn:
         self.cur: tuple[int, int] | None = None  # (msg, size) of the frame being read
         self.got = 0
         self.eof = False
-        self.inflight: dict[int, tuple[dict, dict]] = {}  # msg -> (send, TCP_INFO at post)
+        # msg -> (send, TCP_INFO at post)
+        self.inflight: dict[int, tuple[MessagePlan, dict]] = {}
 
 
-def run_tcp(plan: dict, message_bytes, start) -> dict:
+def run_tcp(plan: HostPlan, message_bytes, start) -> dict:
     """Run a driver plan over TCP; ``start()`` blocks until the common start time."""
-    addr = plan["addr"]
-    cfg = plan.get("config") or {}
-    port = cfg.get("port", TCP_PORT)
-    deadline = time.monotonic() + plan.get("deadline_s", 60.0)
+    addr = plan.addr
+    cfg = plan.config
+    if not isinstance(cfg, TcpConfig):  # HostPlan checks config against its transport
+        raise ValueError(f"host {plan.host}: the TCP driver runs transport 'tcp', "
+                         f"not {plan.transport!r}")
+    port = cfg.port
+    deadline = time.monotonic() + plan.deadline_s
     sel = selectors.DefaultSelector()
     lst = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -139,17 +146,17 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
     lst.listen(64)
     lst.setblocking(False)
     sel.register(lst, selectors.EVENT_READ, None)
-    recvs = {r["msg"]: r for r in plan.get("recvs", [])}
-    bufs = {m: bytearray(r["size"]) for m, r in recvs.items()}
+    recvs = {r.msg: r for r in plan.recvs}
+    bufs = {m: bytearray(r.size) for m, r in recvs.items()}
     # Every message's bytes made before the start: during the run, making them would take
     # the CPU from the transfers still running on this host's cores.
-    refs = {m: message_bytes(r["seed"], r["size"]) for m, r in recvs.items()}
-    payloads = {s["msg"]: _PREFIX.pack(s["msg"], s["size"]) + message_bytes(s["seed"], s["size"])
-                for s in plan.get("sends", [])}
-    conn_peer = {c["conn"]: c for c in plan["conns"]}
-    gate: AfterGate[dict] = AfterGate()
-    sends = plan.get("sends", [])
-    first_sends = [s for s in sends if not gate.add(s.get("after"), s)]
+    refs = {m: message_bytes(r.seed, r.size) for m, r in recvs.items()}
+    payloads = {s.msg: _PREFIX.pack(s.msg, s.size) + message_bytes(s.seed, s.size)
+                for s in plan.sends}
+    conn_peer = {c.conn: c for c in plan.conns}
+    gate: AfterGate[MessagePlan] = AfterGate()
+    sends = plan.sends
+    first_sends = [s for s in sends if not gate.add(s.after, s)]
     pending = len(recvs) + len(sends)
     done: list[dict] = []
     posted: dict[int, float] = {}
@@ -157,26 +164,26 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = start()
     out_conns: dict[int, _Conn] = {}
-    for conn in dict.fromkeys(s["conn"] for s in sends):  # opened before any post
+    for conn in dict.fromkeys(s.conn for s in sends):  # opened before any post
         sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if cfg.get("cc"):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cfg["cc"].encode())
-        if cfg.get("sport"):
+        if cfg.cc:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cfg.cc.encode())
+        if cfg.sport:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((addr, int(cfg.get("sport", 0))))
+        sock.bind((addr, cfg.sport))
         sock.settimeout(10)
-        sock.connect((conn_peer[conn]["peer_addr"], port))
+        sock.connect((conn_peer[conn].peer_addr, port))
         sock.setblocking(False)
         c = out_conns[conn] = _Conn(sock, conn)
         sel.register(sock, selectors.EVENT_READ, c)
     all_conns: list[_Conn] = list(out_conns.values())
 
-    def post(s: dict) -> None:
-        c = out_conns[s["conn"]]
-        posted[s["msg"]] = round(time.monotonic() - t0, 6)
-        c.inflight[s["msg"]] = (s, tcp_info(c.sock))
-        c.out += payloads.pop(s["msg"])
+    def post(s: MessagePlan) -> None:
+        c = out_conns[s.conn]
+        posted[s.msg] = round(time.monotonic() - t0, 6)
+        c.inflight[s.msg] = (s, tcp_info(c.sock))
+        c.out += payloads.pop(s.msg)
         _flush(c, sel)
 
     for s in first_sends:
@@ -200,8 +207,8 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
                 for msg in _read_data(c, recvs, bufs, sel):
                     r = recvs[msg]
                     ok = placed_exactly(bufs[msg], refs.pop(msg))
-                    done.append({"conn": r["conn"], "msg": msg, "kind": "recv", "ok": True,
-                                 "bytes": r["size"], "t": round(time.monotonic() - t0, 6),
+                    done.append({"conn": r.conn, "msg": msg, "kind": "recv", "ok": True,
+                                 "bytes": r.size, "t": round(time.monotonic() - t0, 6),
                                  "exact": ok})
                     pending -= 1
                     c.out += _ACK.pack(msg)
@@ -211,7 +218,7 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
                 s, info0 = c.inflight.pop(msg)
                 info = tcp_info(c.sock)
                 rec = {"conn": c.conn, "msg": msg, "kind": "send", "ok": True,
-                       "bytes": s["size"], "t": round(time.monotonic() - t0, 6),
+                       "bytes": s.size, "t": round(time.monotonic() - t0, 6),
                        **send_deltas(info0, info)}
                 rec["rto_ms"] = info.get("rto_ms")
                 done.append(rec)
@@ -223,18 +230,18 @@ def run_tcp(plan: dict, message_bytes, start) -> dict:
     infos_in = [tcp_info(c.sock) for c in all_conns if c.conn is None]
     ns1 = netstat()
     expect = [(m, "recv", r) for m, r in recvs.items()] + [
-        (s["msg"], "send", s) for s in sends]
+        (s.msg, "send", s) for s in sends]
     have = {(d["msg"], d["kind"]) for d in done}
     for msg, kind, item in expect:
         if (msg, kind) not in have:
-            done.append({"conn": item["conn"], "msg": msg, "kind": kind, "ok": False,
-                         "error": "deadline", "bytes": item["size"]})
+            done.append({"conn": item.conn, "msg": msg, "kind": kind, "ok": False,
+                         "error": "deadline", "bytes": item.size})
     for c in out_conns.values():  # every byte was acknowledged: no TIME_WAIT on the port
         c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     for c in all_conns:
         c.sock.close()
     lst.close()
-    return {"host": plan["host"], "transport": "tcp", "t0": t0, "messages": done,
+    return {"host": plan.host, "transport": "tcp", "t0": t0, "messages": done,
             "timeline": [], "posted": posted,
             "cpu_s": round((cpu1.ru_utime - cpu0.ru_utime)
                            + (cpu1.ru_stime - cpu0.ru_stime), 4),
@@ -285,7 +292,8 @@ def _read_acks(c: _Conn, sel: selectors.BaseSelector) -> list[int]:
     return out
 
 
-def _read_data(c: _Conn, recvs: dict, bufs: dict, sel: selectors.BaseSelector) -> list[int]:
+def _read_data(c: _Conn, recvs: dict[int, MessagePlan], bufs: dict[int, bytearray],
+               sel: selectors.BaseSelector) -> list[int]:
     """Read what is there, place it; the messages that became whole."""
     completed = []
     while (chunk := _recv(c, sel)) is not None:
@@ -299,7 +307,7 @@ def _read_data(c: _Conn, recvs: dict, bufs: dict, sel: selectors.BaseSelector) -
                     break
                 msg, size = _PREFIX.unpack(c.head)
                 c.head.clear()
-                if msg not in recvs or recvs[msg]["size"] != size:
+                if msg not in recvs or recvs[msg].size != size:
                     raise RuntimeError(f"unexpected message {msg} ({size} B) from a peer")
                 c.cur, c.got = (msg, size), 0
             msg, size = c.cur

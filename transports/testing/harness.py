@@ -30,7 +30,10 @@ from emu.fabric import Fabric
 from emu.launch import Child, ChildGroup
 from emu.netns import NETNS_RUN_DIR
 from transports import registry
+from transports.core.bound import LossBound
+from transports.core.knobs import settings_from
 from transports.plan import RC_SPORT_BASE, conn_spec
+from transports.planrecord import ConnPlan, EnginePlan, HostPlan, MessagePlan
 
 READY_TIMEOUT_S = 60.0  # for every driver to bind its sockets on a busy machine
 
@@ -40,14 +43,14 @@ class Transfer:
 
     ``after``: the index of an earlier transfer whose send (every part of it: all
     lanes) must complete before this one is posted (synchronous rounds). ``bound``:
-    for DBLP, the round's LossBound as a dict (tolerance, deadline_s).
+    for DBLP, the round's LossBound (or a dict of its fields: tolerance, deadline_s).
     """
 
     src: str
     dst: str
     size: int
     after: int | None = None
-    bound: dict | None = None
+    bound: LossBound | dict | None = None
 
 
 @dataclass
@@ -85,13 +88,15 @@ class TransferResult:
         return sum(d["cpu_s"] for d in self.drivers.values())
 
 
-def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict | None = None,
+def plan_transfers(spec, transport: str, transfers: list[Transfer], config: Any = None,
                    deadline_s: float = 60.0, seed: int = 0, qps: int = 1,
                    sport_base: int = RC_SPORT_BASE
-                   ) -> tuple[dict[str, dict], dict[int, list[int]]]:
+                   ) -> tuple[dict[str, HostPlan], dict[int, list[int]]]:
     """Every host's driver plan for ``transfers``, and each transfer's message ids (one
     per lane: RC stripes a message over ``qps`` QPs per plane). A transfer with ``after``
-    waits for *every* lane's part of the earlier one (``after`` is then a list of ids)."""
+    waits for *every* lane's part of the earlier one (``after`` then names all their ids).
+    ``config``: the transport's settings, or a plan's config dict (keys over its
+    settings class's defaults); None: its run defaults."""
     try:
         t_decl = registry.get(transport, lambda t: t.caps.transfers, "a transfer driver's")
     except registry.UnknownTransport as e:
@@ -104,16 +109,14 @@ def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict
         spec.node(t.src), spec.node(t.dst)
         if t.src == t.dst or t.size < 0:
             raise EmuError(f"invalid transfer {t}: src != dst and size >= 0 required")
+    settings = _settings(t_decl, config)
     pairs: dict[tuple[frozenset, int], int] = {}
-    plans: dict[str, dict] = {}
+    # host -> its connections, sends and receives, in order (made into plans at the end)
+    entries: dict[str, tuple[list[ConnPlan], list[MessagePlan], list[MessagePlan]]] = {}
     lanes = spec.planes * qps if t_decl.caps.per_plane else 1  # connections per host pair
 
-    def plan_of(host: str) -> dict:
-        return plans.setdefault(host, {
-            "host": host, "addr": str(spec.address(host)), "transport": transport,
-            "config": t_decl.plan_config() if config is None else config,
-            "seed": seed, "deadline_s": deadline_s,
-            "conns": [], "sends": [], "recvs": []})
+    def plan_of(host: str) -> tuple[list[ConnPlan], list[MessagePlan], list[MessagePlan]]:
+        return entries.setdefault(host, ([], [], []))
 
     parts: dict[int, list[int]] = {}  # transfer index -> its message ids
     for i, t in enumerate(transfers):
@@ -122,24 +125,51 @@ def plan_transfers(spec, transport: str, transfers: list[Transfer], config: dict
             if key not in pairs:
                 conn = pairs[key] = len(pairs) + 1
                 for a, b in ((t.src, t.dst), (t.dst, t.src)):
-                    plan_of(a)["conns"].append(conn_spec(spec, transport, a, b, conn, lane,
-                                                         sport_base))
+                    plan_of(a)[0].append(conn_spec(spec, transport, a, b, conn, lane,
+                                                   sport_base))
             size = t.size // lanes + (1 if lane < t.size % lanes else 0)
             mid = len(parts) * lanes + lane + 1
-            msg: dict[str, Any] = {"conn": pairs[key], "msg": mid, "size": size,
-                                   "seed": seed * 100003 + mid}
+            after: tuple[int, ...] = ()
             if t.after is not None:
                 if not 0 <= t.after < i:
                     raise EmuError(f"transfer {i}: after={t.after} must name an earlier one")
                 # every lane's part of the earlier transfer (RC stripes a message over its
                 # QPs): a round starts only when the whole previous round is done
-                msg["after"] = list(parts[t.after])
-            if t.bound is not None:
-                msg["bound"] = t.bound
+                after = tuple(parts[t.after])
+            msg = MessagePlan(conn=pairs[key], msg=mid, size=size, seed=seed * 100003 + mid,
+                              after=after, bound=_bound(t.bound))
             parts.setdefault(i, []).append(mid)
-            plan_of(t.src)["sends"].append(msg)
-            plan_of(t.dst)["recvs"].append(msg)
+            plan_of(t.src)[1].append(msg)
+            plan_of(t.dst)[2].append(msg)
+    plans = {host: HostPlan(host=host, addr=str(spec.address(host)), transport=transport,
+                            config=settings, seed=seed, deadline_s=deadline_s,
+                            conns=tuple(conns), sends=tuple(sends), recvs=tuple(recvs))
+             for host, (conns, sends, recvs) in entries.items()}
     return plans, parts
+
+
+def _settings(decl: registry.Transport, config: Any) -> Any:
+    """A transport's settings from ``config``: its run defaults (None), settings, or a
+    plan's config dict (keys over the settings class's defaults); EmuError naming a bad
+    key or value."""
+    if config is None:
+        return decl.defaults
+    if isinstance(config, decl.config):
+        return config
+    try:
+        return settings_from(decl.config(), config)
+    except ValueError as e:
+        raise EmuError(f"{decl.name} settings: {e}") from None
+
+
+def _bound(bound: LossBound | dict | None) -> LossBound | None:
+    """A transfer's loss bound as the plan carries it."""
+    if bound is None or isinstance(bound, LossBound):
+        return bound
+    try:
+        return LossBound(**bound)
+    except (TypeError, ValueError) as e:
+        raise EmuError(f"bound={bound!r}: {e} (keys: tolerance, deadline_s)") from None
 
 
 def driver_results(children: Iterable[tuple[str, Child]], timeout: float) -> dict[str, dict]:
@@ -157,8 +187,8 @@ def driver_results(children: Iterable[tuple[str, Child]], timeout: float) -> dic
     return outs
 
 
-def engine_plans(fab: Fabric, plans: dict[str, dict], engines: int,
-                 tick_s: float | None = None) -> list[dict]:
+def engine_plans(fab: Fabric, plans: dict[str, HostPlan], engines: int,
+                 tick_s: float | None = None) -> list[EnginePlan]:
     """The hosts' plans dealt over ``engines`` engine processes (round robin: hosts of
     equal load, equal shares), each with the namespace file of each of its hosts."""
     if engines < 1:
@@ -167,11 +197,9 @@ def engine_plans(fab: Fabric, plans: dict[str, dict], engines: int,
     out = []
     for i in range(min(engines, len(hosts))):
         mine = hosts[i::engines]
-        plan: dict[str, Any] = {"engine": i, "hosts": [plans[h] for h in mine],
-                                "netns": {h: str(NETNS_RUN_DIR / fab.netns(h)) for h in mine}}
-        if tick_s is not None:
-            plan["tick_s"] = tick_s
-        out.append(plan)
+        out.append(EnginePlan(engine=i, hosts=tuple(plans[h] for h in mine),
+                              netns={h: str(NETNS_RUN_DIR / fab.netns(h)) for h in mine},
+                              tick_s=tick_s))
     return out
 
 
@@ -192,7 +220,7 @@ def engine_results(children: Iterable[tuple[str, Child]], timeout: float
 
 
 def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
-                  config: dict | None = None, deadline_s: float = 60.0, seed: int = 0,
+                  config: Any = None, deadline_s: float = 60.0, seed: int = 0,
                   on_start=None, qps: int = 1, sport_base: int = RC_SPORT_BASE,
                   engines: int | None = None, tick_s: float | None = None
                   ) -> TransferResult:
@@ -209,12 +237,13 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
             for host, plan in plans.items():
                 group.spawn(f"driver on {host}",
                             fab.in_netns(host, sys.executable, "-m", "transports.io.driver"),
-                            config=plan)
+                            config=plan.to_dict())
         else:
             eplans = engine_plans(fab, plans, engines or os.cpu_count() or 1, tick_s)
             for ep in eplans:
-                group.spawn(f"engine {ep['engine']} ({', '.join(ep['netns'])})",
-                            [sys.executable, "-m", "transports.io.driver"], config=ep)
+                group.spawn(f"engine {ep.engine} ({', '.join(ep.netns)})",
+                            [sys.executable, "-m", "transports.io.driver"],
+                            config=ep.to_dict())
         group.wait_ready(READY_TIMEOUT_S)  # every driver's sockets are bound
         t0 = group.start()
         if on_start is not None:
@@ -226,7 +255,7 @@ def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
             engine_recs: dict[int, dict] = {}
         else:
             outs, engine_recs = engine_results(
-                zip([f"engine {ep['engine']}" for ep in eplans], group, strict=True),
+                zip([f"engine {ep.engine}" for ep in eplans], group, strict=True),
                 deadline_s + 30)
     res = TransferResult(transport, outs, list(transfers), engines=engine_recs)
     for i, t in enumerate(transfers):

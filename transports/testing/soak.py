@@ -23,6 +23,7 @@ on another), applied at the common start and restored at the end, whatever happe
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 import time
@@ -36,8 +37,10 @@ from emu.failures import GrayLink, LinkFlap
 from emu.launch import ChildGroup
 from topologies import LinkSpec, MultiPlaneClos
 from transports import registry
+from transports.core.bound import LossBound
 from transports.io.driver import SENT
 from transports.plan import conn_spec
+from transports.planrecord import ConnPlan, HostPlan, StreamPlan
 from transports.testing.harness import driver_results
 
 READY_TIMEOUT_S = 60.0
@@ -55,57 +58,54 @@ SOAK_SPEC = MultiPlaneClos(planes=2, spines=2, leaves=2, hosts_per_leaf=2,
 @dataclass(frozen=True)
 class Stream:
     """Messages of ``size`` bytes from ``src`` to ``dst`` over ``transport``, ``window`` in
-    flight; ``bound``: a DBLP round's LossBound as a dict (tolerance, deadline_s)."""
+    flight; ``bound``: a DBLP round's LossBound."""
 
     transport: str
     src: str
     dst: str
     size: int
     window: int = 1
-    bound: dict | None = None
+    bound: LossBound | None = None
 
 
 # MRC: 1 MiB messages, two in flight (the pipe stays full between messages); DBLP:
 # 256 KiB rounds one after the other, 5 % of a round's chunks may be lost.
 DEFAULT_STREAMS = (Stream("mrc", "h0", "h2", 1 << 20, window=2),
                    Stream("dblp", "h1", "h3", 256 << 10, window=1,
-                          bound={"tolerance": 0.05, "deadline_s": None}))
+                          bound=LossBound(tolerance=0.05)))
 FLAP_LINK, GRAY_LINK = "p0l1-p0s0", "p1l1-p1s1"  # both into the receivers' rack
 
 
 def stream_plans(spec, streams: tuple[Stream, ...] | list[Stream], seconds: float,
-                 seed: int = 0, drain_s: float = DRAIN_S) -> dict[str, dict]:
+                 seed: int = 0, drain_s: float = DRAIN_S) -> dict[str, HostPlan]:
     """Every host's driver plan for ``streams`` (connection i + 1 for stream i): its
-    connections and stream entries (see transports/io/driver.py). A host runs one
+    connections and stream entries (transports/planrecord.py). A host runs one
     transport: two streams of different transports cannot share a host."""
-    plans: dict[str, dict] = {}
+    # host -> (its transport, its connections, its streams), made into plans at the end
+    entries: dict[str, tuple[str, list[ConnPlan], list[StreamPlan]]] = {}
     for i, s in enumerate(streams):
         if s.src == s.dst or s.size <= 0 or s.window < 1:
             raise EmuError(f"invalid stream {s}: src != dst, size > 0, window >= 1 required")
         conn = i + 1
         for a, b, kind in ((s.src, s.dst, "send"), (s.dst, s.src, "recv")):
             spec.node(a)
-            plan = plans.setdefault(a, {
-                "host": a, "addr": str(spec.address(a)), "transport": s.transport,
-                "config": registry.get(s.transport).plan_config(), "seed": seed,
-                "deadline_s": seconds + drain_s, "timeline_s": 1.0,
-                "conns": [], "sends": [], "recvs": [], "streams": []})
-            if plan["transport"] != s.transport:
-                raise EmuError(f"host {a} would run {plan['transport']} and {s.transport}: "
+            transport, conns, entry = entries.setdefault(a, (s.transport, [], []))
+            if transport != s.transport:
+                raise EmuError(f"host {a} would run {transport} and {s.transport}: "
                                "one transport per host (one driver binds its port)")
-            plan["conns"].append(conn_spec(spec, s.transport, a, b, conn))
-            entry: dict[str, Any] = {
-                "conn": conn, "kind": kind, "size": s.size, "msg0": 1, "window": s.window,
-                "seeds": [seed * 1_000_003 + conn * 101 + j for j in range(SEEDS)]}
-            if s.bound is not None:
-                entry["bound"] = s.bound
-            if kind == "send":
-                entry["until_s"] = seconds
-            plan["streams"].append(entry)
-    return plans
+            conns.append(conn_spec(spec, s.transport, a, b, conn))
+            entry.append(StreamPlan(
+                conn=conn, kind=kind, size=s.size, msg0=1, window=s.window, bound=s.bound,
+                seeds=tuple(seed * 1_000_003 + conn * 101 + j for j in range(SEEDS)),
+                until_s=seconds if kind == "send" else None))
+    return {a: HostPlan(host=a, addr=str(spec.address(a)), transport=transport,
+                        config=registry.get(transport).defaults, seed=seed,
+                        deadline_s=seconds + drain_s, timeline_s=1.0, conns=tuple(conns),
+                        streams=tuple(st))
+            for a, (transport, conns, st) in entries.items()}
 
 
-def run_streams(fab: Fabric, plans: dict[str, dict], seconds: float,
+def run_streams(fab: Fabric, plans: dict[str, HostPlan], seconds: float,
                 on_start: Callable[[float], None] | None = None,
                 drain_s: float = DRAIN_S) -> dict[str, dict]:
     """Run the stream plans (one driver per host, one common start) and return every
@@ -115,14 +115,14 @@ def run_streams(fab: Fabric, plans: dict[str, dict], seconds: float,
     with ChildGroup() as group:
         children = {host: group.spawn(
             f"driver on {host}", fab.in_netns(host, sys.executable, "-m", "transports.io.driver"),
-            config=plan) for host, plan in plans.items()}
+            config=plan.to_dict()) for host, plan in plans.items()}
         group.wait_ready(READY_TIMEOUT_S)
         t0 = group.start()
         if on_start is not None:
             on_start(t0)
         end = t0 + seconds + drain_s
         for host, plan in plans.items():
-            if any(s["kind"] == "send" for s in plan["streams"]):
+            if any(s.kind == "send" for s in plan.streams):
                 child = children[host]
                 if child.record(SENT, timeout=max(1.0, end - time.monotonic())) is None:
                     raise EmuError(child.why(f"did not finish its send streams within "
@@ -155,7 +155,9 @@ def reconcile(streams: tuple[Stream, ...] | list[Stream], outs: dict[str, dict],
             + len(outs[s.dst].get("internal_errors", ()))}
         rows.append({
             "transport": s.transport, "src": s.src, "dst": s.dst, "size": s.size,
-            "window": s.window, "bound": s.bound, "messages": posted,
+            "window": s.window,
+            "bound": None if s.bound is None else dataclasses.asdict(s.bound),
+            "messages": posted,
             "sent_ok": snd["ok"], "received_ok": rcv["ok"],
             "goodput_mbit": round(rcv["bytes"] * 8 / seconds / 1e6, 2),
             "slowest_message_s": snd["slowest_s"],

@@ -24,6 +24,7 @@ from emu import childproto
 from emu.errors import EmuError
 from emu.launch import ChildGroup
 from transports import registry
+from transports.planrecord import ConnPlan
 from workloads.collectives import ops as col
 from workloads.collectives.schedules import all_to_all_recv_len, block_bounds
 from workloads.collectives.transpose import transpose_allreduce
@@ -73,8 +74,8 @@ def run_rank(cfg: dict) -> dict:
     from workloads.collectives.transportcomm import TransportComm
 
     r, size, n, seed = cfg["rank"], cfg["size"], cfg["n"], cfg["seed"]
-    comm = TransportComm(cfg["transport"], r, size, {int(p): c for p, c in cfg["conns"].items()},
-                         cfg.get("config"), seed)
+    conns = {int(p): [ConnPlan.from_dict(c) for c in cs] for p, cs in cfg["conns"].items()}
+    comm = TransportComm(cfg["transport"], r, size, conns, cfg.get("config"), seed)
     out: dict = {"rank": r}
     try:
         x = inputs(r, n, seed)
@@ -122,7 +123,8 @@ def check_collectives(fab, transport: str, hosts: list[str], n: int = 20011, see
     with ChildGroup() as group:
         for r, h in enumerate(hosts):
             cfg = {"rank": r, "size": len(hosts), "n": n, "seed": seed, "transport": transport,
-                   "conns": {str(p): c for p, c in conns[r].items()}, "groups": groups,
+                   "conns": {str(p): [c.to_dict() for c in cs] for p, cs in conns[r].items()},
+                   "groups": groups,
                    "config": registry.get(transport).plan_config(), "bound": bound}
             group.spawn(f"rank {r} on {h}",
                         fab.in_netns(h, sys.executable, "-m", "workloads.collectives.check"),

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from transports import registry
 from transports.core.api import Completion
 from transports.io.endpoint import Endpoint
 from transports.plan import conn_spec
+from transports.planrecord import ConnPlan
 from workloads.collectives.comm import CommError, Handle
 
 # The transports a Comm runs on: those with a userspace core (transports/registry.py)
@@ -30,7 +32,7 @@ def conn_id(a: int, b: int, size: int, lane: int = 0) -> int:
     return 1 + lane * size * size + lo * size + hi
 
 
-def plan_conns(spec, transport: str, hosts: list[str]) -> list[dict[int, list[dict]]]:
+def plan_conns(spec, transport: str, hosts: list[str]) -> list[dict[int, list[ConnPlan]]]:
     """Per rank: peer rank -> its connections' plan entries (one per lane)."""
     if transport not in UDP_TRANSPORTS:
         raise ValueError(f"transport={transport!r}: a Comm needs one of {UDP_TRANSPORTS}")
@@ -44,7 +46,8 @@ def plan_conns(spec, transport: str, hosts: list[str]) -> list[dict[int, list[di
 class TransportComm:
     """One rank's ``Comm`` on an ``Endpoint`` (see the module docstring)."""
 
-    def __init__(self, transport: str, rank: int, size: int, conns: dict[int, list[dict]],
+    def __init__(self, transport: str, rank: int, size: int,
+                 conns: Mapping[int, Sequence[ConnPlan]],
                  config: Any = None, seed: int = 0, stall_s: float = 120.0) -> None:
         if not stall_s > 0:
             raise ValueError(f"stall_s={stall_s!r}: must be > 0 seconds")
@@ -63,7 +66,7 @@ class TransportComm:
         self.failure: str | None = None
         self.rank, self.size = rank, size
         self.mtu_payload = int(settings.mtu_payload)
-        self.lanes = {int(p): [c["conn"] for c in cs] for p, cs in conns.items()}
+        self.lanes = {p: [c.conn for c in cs] for p, cs in conns.items()}
         self.endpoint = Endpoint(transport, [c for cs in conns.values() for c in cs], settings,
                                  seed)
         self._next = {(p, k): 1 for p in self.lanes for k in ("send", "recv")}

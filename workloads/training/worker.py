@@ -97,8 +97,7 @@ def _gloo_group(cfg: WorkerConfig):
 def _comm(cfg: WorkerConfig):
     from workloads.collectives.transportcomm import TransportComm
 
-    conns = {p: [dict(c) for c in cs] for p, cs in cfg.conns.items()}
-    return TransportComm(cfg.transport, cfg.rank, cfg.size, conns, cfg.transport_config,
+    return TransportComm(cfg.transport, cfg.rank, cfg.size, cfg.conns, cfg.transport_config,
                          cfg.seed)
 
 

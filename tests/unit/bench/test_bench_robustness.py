@@ -16,12 +16,15 @@ from commands.bench.robustness import (
     search_rate,
 )
 from topologies import MultiPlaneClos
+from transports import registry
 from transports.core.api import Completion
+from transports.core.bound import LossBound
 from transports.core.mrc import MrcConfig, MrcCore
 from transports.io.footprint import RssSampler
 from transports.io.sockets import Conn
 from transports.io.streams import RecvStream, SendStream
 from transports.plan import message_bytes
+from transports.planrecord import StreamPlan
 from transports.testing import hostile
 from transports.testing.soak import DEFAULT_STREAMS, Stream, reconcile, rss_fit, slope, stream_plans
 
@@ -182,13 +185,15 @@ SPEC = MultiPlaneClos(planes=2, spines=2, leaves=2, hosts_per_leaf=2)
 def test_stream_plans_one_driver_per_host_with_matching_streams():
     plans = stream_plans(SPEC, DEFAULT_STREAMS, 30.0)
     assert set(plans) == {"h0", "h1", "h2", "h3"}
-    assert plans["h0"]["transport"] == "mrc" and plans["h1"]["transport"] == "dblp"
-    snd, rcv = plans["h1"]["streams"][0], plans["h3"]["streams"][0]
-    assert snd["kind"] == "send" and rcv["kind"] == "recv" and snd["conn"] == rcv["conn"] == 2
-    assert snd["seeds"] == rcv["seeds"] and len(set(snd["seeds"])) == 3
-    assert snd["until_s"] == 30.0 and "until_s" not in rcv and rcv["bound"]["tolerance"] == 0.05
-    assert len(plans["h0"]["conns"][0]["paths"]) == 4  # every (plane, spine)
-    assert plans["h0"]["deadline_s"] > 30.0 and plans["h0"]["timeline_s"] == 1.0
+    assert plans["h0"].transport == "mrc" and plans["h1"].transport == "dblp"
+    snd, rcv = plans["h1"].streams[0], plans["h3"].streams[0]
+    assert snd.kind == "send" and rcv.kind == "recv" and snd.conn == rcv.conn == 2
+    assert snd.seeds == rcv.seeds and len(set(snd.seeds)) == 3
+    assert snd.until_s == 30.0 and rcv.until_s is None
+    assert rcv.bound is not None and rcv.bound.tolerance == 0.05
+    assert len(plans["h0"].conns[0].paths) == 4  # every (plane, spine)
+    assert plans["h0"].deadline_s > 30.0 and plans["h0"].timeline_s == 1.0
+    assert plans["h1"].config == registry.get("dblp").defaults
     with pytest.raises(Exception, match="one transport per host"):
         stream_plans(SPEC, [Stream("mrc", "h0", "h2", 10), Stream("dblp", "h0", "h3", 10)], 1)
 
@@ -248,7 +253,8 @@ def no_send(conn, txs) -> None:
 
 def test_recv_stream_checks_bytes_and_reuses_its_buffers():
     size, seeds = 20_000, [11, 12, 13]
-    st = RecvStream({"msg0": 100, "size": size, "seeds": seeds, "window": 2}, fake_conn(), 8000)
+    spec = StreamPlan(conn=1, kind="recv", msg0=100, size=size, seeds=tuple(seeds), window=2)
+    st = RecvStream(spec, fake_conn(), 8000)
     st.fill(0.0, no_send)
     core = st.conn.core
     assert [p[1] for p in core.posted] == [100, 101] and st.owns(101) and not st.owns(102)
@@ -273,8 +279,8 @@ def test_recv_stream_checks_bytes_and_reuses_its_buffers():
 
 def test_recv_stream_checks_only_the_chunks_a_bounded_round_placed():
     size, chunk = 24_000, 8000
-    spec = {"msg0": 1, "size": size, "seeds": [7], "window": 1,
-            "bound": {"tolerance": 0.4, "deadline_s": None}}
+    spec = StreamPlan(conn=1, kind="recv", msg0=1, size=size, seeds=(7,), window=1,
+                      bound=LossBound(tolerance=0.4))
     st = RecvStream(spec, fake_conn(), chunk)
     st.fill(0.0, no_send)
     buf = st.conn.core.posted[0][2]
@@ -294,7 +300,8 @@ def test_recv_stream_checks_only_the_chunks_a_bounded_round_placed():
 
 
 def test_send_stream_keeps_its_window_until_the_end():
-    spec = {"msg0": 1, "size": 1000, "seeds": [1, 2], "window": 2, "until_s": 10.0}
+    spec = StreamPlan(conn=1, kind="send", msg0=1, size=1000, seeds=(1, 2), window=2,
+                      until_s=10.0)
     st = SendStream(spec, fake_conn())
     st.fill(0.0, 0.0, no_send)
     core = st.conn.core
@@ -316,8 +323,8 @@ def test_send_stream_keeps_its_window_until_the_end():
 
 
 def test_send_stream_stops_at_its_first_failure():
-    st = SendStream({"msg0": 1, "size": 10, "seeds": [1], "window": 1, "until_s": 10.0},
-                    fake_conn())
+    st = SendStream(StreamPlan(conn=1, kind="send", msg0=1, size=10, seeds=(1,), window=1,
+                               until_s=10.0), fake_conn())
     st.fill(0.0, 0.0, no_send)
     st.complete(Completion(1, "send", False, 0, 1.0, "connection failed"))
     st.fill(1.0, 0.0, no_send)  # long before until_s: no more posts, finished

@@ -96,8 +96,10 @@ def test_a_settings_dataclass_checks_each_field_by_its_rule(cls, bad, needle):
 def test_the_connection_plan_follows_the_capabilities():
     spec = MultiPlaneClos(planes=2, spines=2, leaves=2, hosts_per_leaf=1)
     mrc = conn_spec(spec, "mrc", "h0", "h1", 1)
-    assert len(mrc["paths"]) == len(mrc["nics"]) == 4  # every (plane, spine) path
+    assert mrc.nics is not None
+    assert len(mrc.paths) == len(mrc.nics) == mrc.evs == 4  # every (plane, spine) path
     rc = conn_spec(spec, "rc", "h0", "h1", 2, lane=1)
-    assert "paths" not in rc and rc["sport"] == 49154 and rc["src_addr"] != rc["peer_addr"]
+    assert rc.paths == () and rc.evs == 1 and rc.sport == 49154
+    assert rc.src_addr is not None and rc.src_addr != rc.peer_addr
     tcp = conn_spec(spec, "tcp", "h0", "h1", 3)
-    assert set(tcp) == {"conn", "peer", "peer_addr"}
+    assert (tcp.paths, tcp.nics, tcp.src_addr, tcp.sport) == ((), None, None, 0)

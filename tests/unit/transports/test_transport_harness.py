@@ -24,16 +24,15 @@ def rounds(n, src="h0", dst="h2"):
 def test_after_names_every_lane_of_the_previous_round(transport, lanes):
     plans, parts = plan_transfers(SPEC, transport, rounds(4))
     assert all(len(parts[i]) == lanes for i in range(4))
-    sends = {m["msg"]: m for m in plans["h0"]["sends"]}
-    recvs = {m["msg"]: m for m in plans["h2"]["recvs"]}
-    assert len(plans["h0"]["conns"]) == lanes
+    sends = {m.msg: m for m in plans["h0"].sends}
+    recvs = {m.msg: m for m in plans["h2"].recvs}
+    assert len(plans["h0"].conns) == lanes
     for i in range(4):
         for mid in parts[i]:
-            want = None if i == 0 else sorted(parts[i - 1])
+            want = [] if i == 0 else sorted(parts[i - 1])
             for m in (sends[mid], recvs[mid]):
-                got = m.get("after")
-                assert (None if got is None else sorted(got)) == want
-    assert sum(sends[m]["size"] for m in parts[0]) == 10_001  # striped, nothing lost
+                assert sorted(m.after) == want
+    assert sum(sends[m].size for m in parts[0]) == 10_001  # striped, nothing lost
 
 
 def test_after_must_name_an_earlier_transfer():
@@ -64,9 +63,9 @@ def test_gated_rounds_stay_in_lockstep():
     posted: dict[int, float] = {}
     pending = []  # (completion time, msg)
     t = 0.0
-    for s in plans["h0"]["sends"]:
-        if not g.add(s.get("after"), s["msg"]):
-            posted[s["msg"]] = t
+    for s in plans["h0"].sends:
+        if not g.add(s.after, s.msg):
+            posted[s.msg] = t
     lane_time = {parts[0][0]: 1.0, parts[0][1]: 5.0}
     pending = sorted((posted[m] + lane_time[m], m) for m in posted)
     done_at: dict[int, float] = {}

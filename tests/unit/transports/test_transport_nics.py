@@ -51,10 +51,11 @@ def test_without_nics_the_load_follows_the_live_paths():
 def test_connection_plans_name_each_evs_nic():
     spec = MultiPlaneClos(planes=2, spines=4, leaves=2, hosts_per_leaf=1)
     c = conn_spec(spec, "mrc", "h0", "h1", 1)
-    assert c["nics"] == [p.plane for p in spec.paths("h0", "h1")] == NICS
-    assert len(c["nics"]) == len(c["paths"])
-    core = make_core("mrc", 1, len(c["paths"]), {}, 0, c["nics"])
+    assert c.nics is not None
+    assert list(c.nics) == [p.plane for p in spec.paths("h0", "h1")] == NICS
+    assert len(c.nics) == len(c.paths)
+    core = make_core("mrc", 1, c.evs, {}, 0, c.nics)
     assert core.spray.nic_of == NICS
-    assert "nics" not in conn_spec(spec, "rc", "h0", "h1", 1)
+    assert conn_spec(spec, "rc", "h0", "h1", 1).nics is None
     with pytest.raises(ValueError, match="nics has 3 entries for 8 EVs"):
         MrcCore(1, 8, FAST, 0, nics=[0, 0, 1])

@@ -9,6 +9,7 @@ import socket
 import struct
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -28,13 +29,12 @@ def free_port() -> int:
 
 
 def run_plans(transfers, config=None) -> dict[str, dict]:
-    plans, _ = plan_transfers(SPEC, "tcp", transfers, deadline_s=20)
-    port = free_port()
-    for host, plan in plans.items():
-        plan["addr"] = ADDR[host]
-        plan["config"] = {"port": port, **(config or {})}
-        for c in plan["conns"]:
-            c["peer_addr"] = ADDR[c["peer"]]
+    planned, _ = plan_transfers(SPEC, "tcp", transfers, deadline_s=20,
+                                config={"port": free_port(), **(config or {})})
+    # on this namespace's loopback addresses instead of the fabric's
+    plans = {host: replace(plan, addr=ADDR[host],
+                           conns=tuple(replace(c, peer_addr=ADDR[c.peer]) for c in plan.conns))
+             for host, plan in planned.items()}
     barrier = threading.Barrier(len(plans))
     t0 = time.monotonic() + 0.2
 

@@ -19,6 +19,7 @@ from transports.core.dblp.config import DblpCoreConfig
 from transports.core.mrc import MrcConfig
 from transports.core.rc import RcConfig
 from transports.kernel import GlooConfig
+from transports.planrecord import ConnPlan
 from workloads import experiment
 from workloads.collectives.phase import PhaseAwareConfig
 from workloads.experiment.dblp import DblpConfig
@@ -55,8 +56,11 @@ def _config(**kw) -> WorkerConfig:
     base = dict(rank=1, size=3, host="h4", addr="fd5a::1", master_addr="fd5a::2",
                 master_port=29500, transport="dblp",
                 transport_config=DblpCoreConfig(rto_max=2.0, nscc=NsccConfig(eta=0.2)),
-                conns={0: ({"conn": 2, "peer": "h0", "paths": [["fd5a:5::"]]},),
-                       2: ({"conn": 5, "peer": "h8"}, {"conn": 9, "peer": "h8"})},
+                conns={0: (ConnPlan(conn=2, peer="h0", peer_addr="fd5a::0",
+                                    paths=(("fd5a:5::",),), nics=(0,)),),
+                       2: (ConnPlan(conn=5, peer="h8", peer_addr="fd5a::8"),
+                           ConnPlan(conn=9, peer="h8", peer_addr="fd5a::8", sport=49161,
+                                    src_addr="fd5a:1::4"))},
                 collective="transpose", groups=((0, 1), (2,)),
                 dblp=DblpConfig(policy="phase_aware", fill="zeros", deadline_ms=40.0,
                                 phase=PhaseAwareConfig(base=0.1, cap=0.3, window=4)),
@@ -100,6 +104,7 @@ def test_decoded_config_has_typed_fields():
     assert type(cfg.transport_config) is DblpCoreConfig and cfg.transport_config.rto_max == 2.0
     assert cfg.transport_config.nscc == NsccConfig(eta=0.2)
     assert list(cfg.conns) == [0, 2]  # JSON object keys come back as peer ranks
+    assert type(cfg.conns[0][0]) is ConnPlan and cfg.conns[0][0].paths == (("fd5a:5::",),)
     assert cfg.groups == ((0, 1), (2,))
     assert isinstance(cfg.dblp.phase, PhaseAwareConfig) and cfg.dblp.phase.window == 4
     assert cfg.dblp.deadline_s == pytest.approx(0.04)

@@ -123,12 +123,12 @@ def test_worker_configs_plan_connections_per_transport():
     assert all(c.compute_ms is None and c.first_gate is None for c in cfgs)
     # MRC: every SRv6 path of each pair is an EV of one connection per pair
     c01 = cfgs[0].conns[1]
-    assert len(c01) == 1 and len(c01[0]["paths"]) == len(spec.paths(cfgs[0].host,
-                                                                    cfgs[1].host))
-    assert c01[0]["conn"] == cfgs[1].conns[0][0]["conn"]
+    assert len(c01) == 1 and len(c01[0].paths) == len(spec.paths(cfgs[0].host,
+                                                                 cfgs[1].host))
+    assert c01[0].conn == cfgs[1].conns[0][0].conn
     rc = worker_configs(experiment.with_overrides(exp, {"transport.name": "rc"}), 1, None)
     lanes = rc[0].conns[1]
-    assert len(lanes) == spec.planes and len({c["conn"] for c in lanes}) == spec.planes
+    assert len(lanes) == spec.planes and len({c.conn for c in lanes}) == spec.planes
     gloo = worker_configs(experiment.with_overrides(exp, {"transport.name": "gloo"}), 1, None)
     assert gloo[0].conns == {} and gloo[0].master_addr == str(spec.address(cfgs[0].host))
     # the compute model only reaches workers whose compute is modelled

@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from transports.core.api import Completion
+from transports.planrecord import ConnPlan
 from workloads.collectives import transportcomm
 from workloads.collectives.comm import CommError
 
@@ -38,7 +39,7 @@ class FakeEndpoint:
 
 def make(monkeypatch, lanes=1, **kw):
     monkeypatch.setattr(transportcomm, "Endpoint", FakeEndpoint)
-    conns = {1: [{"conn": 10 + lane} for lane in range(lanes)]}
+    conns = {1: [ConnPlan(conn=10 + lane, peer="h1", peer_addr="::1") for lane in range(lanes)]}
     return transportcomm.TransportComm("rc", 0, 2, conns, {}, **kw)
 
 
