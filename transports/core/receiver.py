@@ -251,8 +251,8 @@ class Receiver:
     def on_probe(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         """Answer a PROBE on its EV; a tail probe (FLAG_TAIL) by a full ACK instead."""
         if h.flags & FLAG_TAIL:  # after a silent RTO: everything this end has, at once
-            self.last_ts, self.last_ev = h.ts, h.ev
-            self.last_rx = now if self.arrival is None else self.arrival
+            # echoed exactly (no hold added): the sender finds its probe by this stamp
+            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
             out.append(self.make_ack(now))
             self.stats["rx_tail_probe"] += 1
             return
