@@ -32,9 +32,10 @@ With ``ack_wakeup`` (the I/O loop serves datagrams in batches, as a NIC's interr
 coalescing: transports/io/loop.py), ACKs are coalesced as RoCE and UET NICs do: one per
 wake-up (the loop calls ``flush`` once the batch is in) or per ``ack_every`` packets,
 the SACK blocks carrying the rest; a gap and FLAG_ACK_REQ no longer cost an ACK each but
-are answered by the wake-up's one. Duplicates and NACKs still go at once. The hold time
+are answered by the wake-up's one. Duplicates, CE marks and NACKs still go at once. The hold time
 is measured from the packet's arrival (``arrival``: the kernel's receive timestamp the
-loop passes in), so the echo stays exact however late the engine woke.
+loop passes in), so the echo stays exact however late the engine woke; a tail probe is
+answered with its own stamp, unadvanced, as the sender finds the probe by it.
 
 Per-packet code: no logging, no allocation beyond the reply, attributes read into
 locals once.
