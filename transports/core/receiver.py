@@ -140,12 +140,13 @@ class Receiver:
             stats["no_crc"] += 1
             return False
         psn = h.psn
+        ce = h.flags & FLAG_CE
         rcv_nxt = self.rcv_nxt
         ooo = self.ooo
         if self.in_order:
             # RC echoes the latest packet that passed the CRC, whatever became of it
             self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, rx
-            self.last_ce = h.flags & FLAG_CE
+            self.last_ce = ce
             if psn < rcv_nxt:
                 stats["dup_data"] += 1
                 out.append(self.make_ack(now))
@@ -166,7 +167,7 @@ class Receiver:
             if psn < rcv_nxt or psn in ooo:
                 stats["dup_data"] += 1
                 self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, rx
-                self.last_ce = h.flags & FLAG_CE
+                self.last_ce = ce
                 out.append(self.make_ack(now))
                 return False
             if psn >= rcv_nxt + cfg.window_pkts:
@@ -181,20 +182,17 @@ class Receiver:
             else:
                 ooo.add(psn, psn + 1)
             self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, rx
-            self.last_ce = h.flags & FLAG_CE
+            self.last_ce = ce
         self.ack_pending += 1
         # a CE mark is echoed at once, on the EV it came by (its own ACK, as DCTCP's
         # receiver acknowledges a change of CE state at once): a coalesced ACK answers
         # only the wake-up's last packet and would drop the marks before it
-        if self.ack_wakeup:  # once per wake-up (``flush``) or per ack_every packets
-            if h.flags & FLAG_CE or self.ack_pending >= cfg.ack_every:
-                out.append(self.make_ack(now))
-            elif self.ack_at == INF:  # an owner that never flushes still gets its ACK
-                self.ack_at = now + cfg.ack_delay
-            return True
-        if gap or h.flags & (FLAG_ACK_REQ | FLAG_CE) or self.ack_pending >= cfg.ack_every:
+        at_once = ce or self.ack_pending >= cfg.ack_every
+        if not self.ack_wakeup:  # per packet: a gap and FLAG_ACK_REQ are answered too
+            at_once = at_once or gap or h.flags & FLAG_ACK_REQ
+        if at_once:
             out.append(self.make_ack(now))
-        elif self.ack_at == INF:
+        elif self.ack_at == INF:  # coalesced: also for an owner that never flushes
             self.ack_at = now + cfg.ack_delay
         return True
 
