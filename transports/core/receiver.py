@@ -21,6 +21,9 @@ once for FLAG_ACK_REQ and for a duplicate (``dup_data``). ``ts_echo`` is the
 triggering packet's ``ts`` plus the time the ACK was held here, so coalescing does
 not inflate the sender's RTT samples, and an ACK sent at once echoes its packet's
 ``ts`` exactly so the sender can tell which copy arrived (transports/core/spurious.py).
+What the echo leaves out, the ACK states: its ``msg_len`` is how long the oldest packet
+it covers waited here (ns; QUIC's ACK Delay), so the sender's RTO allows the hold a
+coalesced ACK adds to every packet but the last it answers.
 Every reply goes back on the EV its packet came in on.
 
 Congestion signals (transports/core/wire.py): a packet that arrived marked CE is
@@ -63,6 +66,7 @@ from transports.core.wire import (
 )
 
 INF = float("inf")
+HOLD_MAX_NS = 0xFFFFFFFF  # an ACK's hold field (``msg_len``, u32 ns) saturates at 4.29 s
 
 
 class ReceiverConfig(Protocol):
@@ -110,6 +114,7 @@ class Receiver:
         self.last_rx = 0.0
         self.last_ev = 0
         self.last_ce = 0  # FLAG_CE of that packet: the ACK echoes it (FLAG_ECE)
+        self.first_rx = 0.0  # arrival of the oldest packet placed since the last ACK
         # when the datagram being handled reached the host (None: ``now``); the owner
         # sets it before each one (the kernel's receive timestamp)
         self.arrival: float | None = None
@@ -183,6 +188,8 @@ class Receiver:
                 ooo.add(psn, psn + 1)
             self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, rx
             self.last_ce = ce
+        if not self.ack_pending:  # the oldest packet the next ACK covers arrived now
+            self.first_rx = rx
         self.ack_pending += 1
         # a CE mark is echoed at once, on the EV it came by (its own ACK, as DCTCP's
         # receiver acknowledges a change of CE state at once): a coalesced ACK answers
@@ -207,6 +214,10 @@ class Receiver:
         It answers the last packet taken (``last_ts``, ``last_ev``) and clears the
         coalescing state: whatever was pending is acknowledged by this one.
         """
+        # the longest any packet this ACK covers waited here (its ACK delay, sent to the
+        # peer, whose RTO must allow it: the echo below takes it out of the RTT)
+        held = now - (self.first_rx if self.ack_pending else self.last_rx)
+        held_ns = min(int(held * 1e9), HOLD_MAX_NS) if held > 0 and self.last_ts else 0
         self.ack_pending = 0
         self.ack_at = INF
         ooo = self.ooo
@@ -225,7 +236,7 @@ class Receiver:
             payload = b""
         buf = bytearray(HEADER_LEN + len(payload))
         echo = self.last_ts + int((now - self.last_rx) * 1e9) if self.last_ts else 0
-        pack_header(buf, kind, flags, self.conn, self.rcv_nxt, 0, 0, 0, self.last_ev,
+        pack_header(buf, kind, flags, self.conn, self.rcv_nxt, 0, 0, held_ns, self.last_ev,
                     len(payload), _ns(now), echo & 0xFFFFFFFFFFFFFFFF)
         if payload:
             buf[HEADER_LEN:] = payload
