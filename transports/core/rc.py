@@ -19,8 +19,8 @@ floor does not; after the count is spent it keeps probing every ``rto_max``.
 
 RTO: RFC 6298 (srtt + 4 rttvar), doubled per RTO without progress, within
 [floor, rto_max], the floor ``max(rto_min, rto_min_rtts * minimum RTT)`` plus the
-host's measured scheduling delay (transports/core/rto.py), restarted by every ACK of new
-data.
+host's measured scheduling delay (transports/core/rto.py), plus the peer's ACK delay
+(the hold its ACKs state: rto.py ``PeerHold``), restarted by every ACK of new data.
 
 DCQCN (``dcqcn``): the receiver answers a CE-marked packet at once with an ACK carrying
 FLAG_ECE (the congestion notification); the sender's rate (transports/core/dcqcn.py)
@@ -47,7 +47,7 @@ from transports.core.dcqcn import Dcqcn, DcqcnConfig
 from transports.core.knobs import check_knobs, knob
 from transports.core.message import Completions, MessageCore, OutMsg, Reassembly
 from transports.core.receiver import Receiver
-from transports.core.rto import MinRtt, RttEstimator, check_rto_config, rto_floor
+from transports.core.rto import MinRtt, PeerHold, RttEstimator, check_rto_config, rto_floor
 from transports.core.spurious import RetxLedger
 from transports.core.wire import (
     ACK,
@@ -127,6 +127,7 @@ class RcCore(MessageCore):
         self.strikes = 0
         self.first_strike_at = INF  # the first RTO without progress
         self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
+        self.peer_hold = PeerHold()  # the peer's ACK delay, added to the RTO
         self.dcqcn = Dcqcn(cfg.rate) if cfg.dcqcn else None  # the QP's rate (DCQCN)
         self.pace_at = INF  # when pacing lets the next packet leave (INF: not waiting)
         # receiver: in order, one NACK per gap, cumulative ACKs (transports/core/receiver.py)
@@ -227,6 +228,7 @@ class RcCore(MessageCore):
             return
         if self.failed:
             return
+        self.peer_hold.sample(h.msg_len * 1e-9, now)  # the peer's ACK delay (wire.py)
         if h.ts_echo:
             r = rx - h.ts_echo * 1e-9  # from the ACK's arrival, however late the loop woke
             if 0 < r < 60.0:
@@ -288,8 +290,9 @@ class RcCore(MessageCore):
 
     def _rto(self) -> float:
         cfg = self.cfg
-        return min(cfg.rto_max, self.rtt.rto(self.rto_floor(), cfg.rto_max, cfg.rto_init)
-                   * (1 << min(self.strikes, 30)))
+        # plus the peer's ACK delay, which the RTT samples leave out (rto.py ``PeerHold``)
+        return min(cfg.rto_max, (self.rtt.rto(self.rto_floor(), cfg.rto_max, cfg.rto_init)
+                                 + self.peer_hold.value) * (1 << min(self.strikes, 30)))
 
     def _pump(self, now: float, out: list[Tx]) -> None:
         if self.failed:

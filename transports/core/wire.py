@@ -10,7 +10,8 @@ Every datagram (UDP payload) starts with a 48-byte header, network byte order:
     8      4    psn          packet sequence number (ACK/NACK: cumulative ack = next expected)
     12     4    msg          message id
     16     4    offset       byte offset of the payload in the message (data placement)
-    20     4    msg_len      total length of the message in bytes
+    20     4    msg_len      total length of the message in bytes (ACK: how long, ns, the
+                             oldest packet it covers waited at the receiver, its ACK delay)
     24     2    ev           entropy value: the path this packet was sent on (ACK: the
                              EV of the data packet that triggered it)
     26     2    length       payload bytes after the header

@@ -342,6 +342,7 @@ class MrcCore(MessageCore):
         if self.failed:
             return
         self.stats["rx_ack"] += 1
+        self.timeouts.peer_hold.sample(h.msg_len * 1e-9, now)  # the peer's ACK delay (wire.py)
         ev, ts_echo = h.ev, h.ts_echo
         ecn = bool(h.flags & FLAG_ECE)
         if ecn:
