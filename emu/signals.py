@@ -21,6 +21,9 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
+from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
+
 from emu.bpf.build import object_path
 from emu.bpf.libbpf import BPF_F_LOCK, BpfObject
 from emu.errors import EmuError
@@ -36,6 +39,9 @@ MAX_PORTS = 4096  # the map's size (port.c)
 PORT = struct.Struct("=IIQQQQIIQQQQQQQQ")
 P_MARK, P_TRIM = 1, 2
 MECHANISM = "tc-bpf"  # clsact + cls_bpf with a virtual queue per port
+# pyroute2 encodes a bfifo's options only if it knows the kind; they are a pfifo's (the
+# kernel's struct tc_fifo_qopt: the limit, here in bytes)
+tc_plugins.setdefault("bfifo", sched_pfifo)
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,9 @@ class PortSignals:
 
     def apply(self, signals: SwitchSignals) -> None:
         """Every switch port as ``signals`` says: its program's numbers and its FIFO's
-        limit (call it while the fabric is idle: the virtual queues start empty)."""
+        limit (call it while the fabric is idle: the virtual queues start empty, and a FIFO
+        whose kind changes (bytes with trimming, packets without) starts its counters
+        anew)."""
         if self.obj is None:
             raise EmuError("PortSignals.apply before attach")
         for port, spec in self.switch_ports.items():
@@ -112,8 +120,9 @@ class PortSignals:
             self.obj.update("ports", self.ids[port], _value(p))
             node, ifname = port
             k = self.kernels[node]
-            k.ipr.tc("change", "pfifo", k.ifindex[ifname], FIFO_HANDLE, parent=HTB_DATA,
-                     limit=p.fifo_packets)
+            kind, limit = ("bfifo", p.fifo_bytes) if p.fifo_bytes else ("pfifo", p.fifo_packets)
+            k.ipr.tc("replace", kind, k.ifindex[ifname], FIFO_HANDLE, parent=HTB_DATA,
+                     limit=limit)
         self.signals = signals
 
     def program_ids(self) -> tuple[int, int]:
