@@ -70,6 +70,11 @@ def _value(p: PortParams) -> bytes:
                      min(int(p.pmax * 0xFFFFFFFF), 0xFFFFFFFF), 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
+def _fifo_kind(signals: SwitchSignals) -> str:
+    """The data FIFO's qdisc at a switch port under ``signals`` (topologies/signals.py)."""
+    return "bfifo" if signals.trim else "pfifo"
+
+
 class PortSignals:
     """The signals of one fabric's ports (see the module docstring)."""
 
@@ -120,9 +125,13 @@ class PortSignals:
             self.obj.update("ports", self.ids[port], _value(p))
             node, ifname = port
             k = self.kernels[node]
+            idx = k.ifindex[ifname]
             kind, limit = ("bfifo", p.fifo_bytes) if p.fifo_bytes else ("pfifo", p.fifo_packets)
-            k.ipr.tc("replace", kind, k.ifindex[ifname], FIFO_HANDLE, parent=HTB_DATA,
-                     limit=limit)
+            if kind != _fifo_kind(self.signals):  # the kernel changes a qdisc of its kind only
+                k.ipr.tc("del", index=idx, handle=FIFO_HANDLE, parent=HTB_DATA)
+                k.ipr.tc("replace", kind, idx, FIFO_HANDLE, parent=HTB_DATA, limit=limit)
+            else:
+                k.ipr.tc("change", kind, idx, FIFO_HANDLE, parent=HTB_DATA, limit=limit)
         self.signals = signals
 
     def program_ids(self) -> tuple[int, int]:
