@@ -6,7 +6,7 @@ VENV := .venv
 EMU  := $(VENV)/bin/emu
 PY   := $(VENV)/bin/python
 
-.PHONY: setup demo test unit bench clean lint venv soak
+.PHONY: setup demo test unit bench clean lint venv soak native
 
 setup:
 	bash scripts/setup.sh
@@ -33,14 +33,19 @@ soak: setup
 venv:
 	@test -x $(PY) || { echo "no $(VENV): run 'sudo make setup' once first" >&2; exit 1; }
 
-unit: venv
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+# The transports' compiled helpers (transports/native/*.pyx), rebuilt in place after a change
+# (scripts/setup.sh builds them the first time).
+native: venv
+	$(PY) setup.py -q build_ext --inplace
+
+unit: venv native
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 tests/unit
 
 # mypy --strict on the parts held to it (what they import is read, not reported)
 STRICT := transports/core transports/registry.py transports/kernel.py transports/plan.py \
           topologies workloads/records.py
 
-lint: venv
+lint: venv native
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy --strict --follow-imports=silent $(STRICT)
@@ -50,8 +55,9 @@ lint: venv
 # A Debian 12 VM, end to end (root; installs vagrant, vagrant-libvirt, libvirt and qemu on
 # the host when missing). vagrant-box builds the box locally with debootstrap (no box
 # catalogue needed); vagrant-check boots it, provisions it with scripts/setup.sh, runs the
-# quick reproduction inside, copies the report to results/vagrant-reproduce/ and destroys
-# the VM (on failure too). See scripts/vagrant/.
+# quick reproduction inside (or, where the host's KVM cannot boot the box, a smoke form:
+# doctor, a fabric, `emu demo --paths`), copies the results to results/vagrant-reproduce/
+# and destroys the VM (on failure too). See scripts/vagrant/.
 .PHONY: vagrant-box vagrant-check
 
 vagrant-box:

@@ -223,10 +223,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from commands.bench.run import run_bench
     from workloads.provenance import host_info, software_versions
 
     host_before = host_info()  # the machine's speed before and after: see cpu_reference
-    res = _run_bench(args)
+    res = run_bench(args.bench, getattr(args, "quick", False), _progress,
+                    lambda: _out_dir(args, "bench-training", "emu bench training"),
+                    lambda: _bfd(args))
     # which code on which machine: a bench's figures are comparable only with others
     # measured on the same machine at the same speed
     res["provenance"] = {"versions": software_versions(), "host_before": host_before,
@@ -234,49 +237,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(res, indent=2))
     return 0
-
-
-def _run_bench(args: argparse.Namespace) -> dict:
-    if args.bench == "fabric":
-        from commands.bench.fabric import bench_fabric
-
-        res = bench_fabric(say=_progress, large=not args.quick)
-    elif args.bench == "dblp":
-        from commands.bench.dblp import bench_dblp
-
-        res = bench_dblp(say=_progress, quick=args.quick)
-    elif args.bench == "training":
-        from commands.bench.training import bench_training
-
-        res = bench_training(say=_progress, quick=args.quick,
-                             out_dir=_out_dir(args, "bench-training", "emu bench training"))
-    elif args.bench == "transport":
-        from commands.bench.allreduce import bench_allreduce_fabric
-        from commands.bench.transport import bench_transport
-
-        res = bench_transport(say=_progress, quick=args.quick)
-        res["allreduce"] = bench_allreduce_fabric(say=_progress, quick=args.quick)
-    elif args.bench == "bursts":
-        from commands.bench.bursts import bench_bursts
-
-        res = bench_bursts(say=_progress, quick=args.quick)
-    elif args.bench == "robustness":
-        from commands.bench.robustness import bench_robustness
-
-        res = bench_robustness(say=_progress, quick=args.quick)
-    elif args.bench == "explorer":
-        from explorer.bench import bench_explorer
-
-        res = bench_explorer(say=_progress, quick=args.quick)
-    elif args.bench == "sweep":
-        from commands.bench.sweep import bench_sweep
-
-        res = bench_sweep(say=_progress, quick=args.quick)
-    else:
-        from commands.bench.failover import bench_failover
-
-        res = bench_failover(say=_progress, bfd=_bfd(args))
-    return res
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -419,6 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
                "microbursts; DBLP vs MRC time to target loss under bursts", "fewer steps")
     bt.add_argument("--out", help="results directory (default results/bench-training-TIME)")
     _force_arg(bt)
+    bench("acks", "MRC's loss detection with ACKs per packet, in ticks, and one per wake-up "
+          "(the engine's), on the fake network: completion, retransmissions, RTOs (no root)",
+          "3 seeds instead of 7")
     bench("bursts", "MRC vs RC through microbursts onto the receiver's host ports, on the "
           "fake network: bursts by step, swept over the step cycle; worst, typical and "
           "paired burst steps (no root)",

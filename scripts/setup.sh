@@ -22,8 +22,11 @@ STAMP="$VENV/.scaleacross-installed"
 # chromium: the browser tests open the reports and the docs site in it (headless).
 # clang and libbpf-dev: the switch ports' eBPF program (emu/bpf/port.c) is built from
 # source here (step 6) and loaded through libbpf1 (pulled in by libbpf-dev).
+# gcc, python3-dev, libisal-dev: the transports' compiled helpers (transports/native: Cython
+# against ISA-L's CRC32; step 7).
 PACKAGES=(mininet iproute2 nftables tcpdump frr ruby python3-venv python3-wheel
-          iperf3 ethtool procps psmisc kmod iputils-ping chromium clang libbpf-dev)
+          iperf3 ethtool procps psmisc kmod iputils-ping chromium clang libbpf-dev
+          gcc python3-dev libisal-dev)
 MODULES=(sch_htb veth)
 
 did=()
@@ -77,10 +80,13 @@ fi
 #    PyPI's torch wheels for Linux x86_64 are CUDA builds of several GB: unless a local
 #    wheel cache already holds the pinned CPU build, ask PyTorch's CPU index too (pip
 #    then prefers 2.13.0+cpu).
-if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" || scripts/setup.sh -nt "$STAMP" ]]; then
+if [[ ! -f "$STAMP" || pyproject.toml -nt "$STAMP" || setup.py -nt "$STAMP" ||
+      scripts/setup.sh -nt "$STAMP" ]]; then
     if ! compgen -G "/opt/wheels/torch-2.13.0*" >/dev/null && [[ -z "${PIP_EXTRA_INDEX_URL:-}" ]]; then
         export PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
     fi
+    # Cython first: setup.py builds the compiled helpers with it (no build isolation)
+    "$VENV/bin/pip" install -q --disable-pip-version-check 'cython>=3.1,<4'
     "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation \
         --config-settings editable_mode=compat -e '.[test,sweep,docs]'
     touch "$STAMP"
@@ -95,6 +101,21 @@ case "$bpf_out" in
     *"already built"*) ;;
     *) did+=("$bpf_out") ;;
 esac
+
+# 7. The transports' compiled helpers (transports/native/*.pyx), built in place: when one is
+#    missing or older than its source. Without them the transports refuse to start.
+native_stale() {
+    local pyx so
+    for pyx in transports/native/*.pyx; do
+        so=$(compgen -G "${pyx%.pyx}.cpython-*.so" | head -n1 || true)
+        [[ -z "$so" || "$pyx" -nt "$so" || transports/native/batchio.h -nt "$so" ]] && return 0
+    done
+    return 1
+}
+if native_stale; then
+    "$VENV/bin/python" setup.py -q build_ext --inplace
+    did+=("built the transports' compiled helpers (transports/native)")
+fi
 
 if ((${#did[@]})); then
     for line in "${did[@]}"; do echo "setup: $line"; done

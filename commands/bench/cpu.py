@@ -35,19 +35,25 @@ SILENCE_S = 5.0  # no datagram for this long: the bare receiver gives up on the 
 
 def driver_cpu(r: TransferResult) -> dict:
     """CPU per data packet of one run (every driver together), its user / system split,
-    the packets one core sustains at that cost, and each driver's share of a core."""
+    the packets one core sustains at that cost, each driver process's share of a core (an
+    engine's, when engines serve the hosts), and the ACKs sent per data packet."""
     packets = sum(sum(sum(v) for v in d.get("sent_per_ev", {}).values())
                   for d in r.drivers.values())
-    out: dict = {"data_packets": packets,
+    # one engine process serving many hosts (transports/io/driver.py) or a process per host
+    procs = ({f"engine {i}": e for i, e in r.engines.items()} if r.engines else r.drivers)
+    out: dict = {"data_packets": packets, "processes": len(procs),
                  "share": {h: round(d["cpu_s"] / d["wall_s"], 3) if d.get("wall_s") else None
-                           for h, d in r.drivers.items()}}
+                           for h, d in procs.items()}}
     if not packets:  # TCP: the kernel does the per-packet work, no datagram count
         return out
-    cpu = sum(d["cpu_s"] for d in r.drivers.values())
-    user = sum(d.get("cpu_user_s", 0.0) for d in r.drivers.values())
-    verify = sum(d.get("verify_cpu_s", 0.0) for d in r.drivers.values())
-    sys_ = sum(d.get("cpu_sys_s", 0.0) for d in r.drivers.values())
-    wakeups = sum(d.get("wakeups", 0) for d in r.drivers.values())
+    cpu = sum(d["cpu_s"] for d in procs.values())
+    user = sum(d.get("cpu_user_s", 0.0) for d in procs.values())
+    verify = sum(d.get("verify_cpu_s", 0.0) for d in procs.values())
+    sys_ = sum(d.get("cpu_sys_s", 0.0) for d in procs.values())
+    wakeups = sum(d.get("wakeups", 0) for d in procs.values())
+    acks = sum(v.get("tx_ack", 0) + v.get("tx_nack", 0) for d in r.drivers.values()
+               for v in d.get("stats", {}).values())
+    out["acks_per_packet"] = round(acks / packets, 3)
     us = cpu / packets * 1e6
     out.update(us_per_packet=round(us, 2), packets_per_core_s=round(1e6 / us) if us else None,
                # checking the bytes is user time; it is left out of both

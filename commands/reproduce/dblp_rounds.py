@@ -1,20 +1,24 @@
-"""Claim 3's gradient rounds: synchronous 256 KiB rounds (33 chunks of 8000 B, the
-round of `emu bench dblp`) between two hosts, per system, through one impairment.
+"""Claim 3's gradient rounds: synchronous ~1 MB rounds (131 chunks of 8000 B, the
+rounds of `emu bench dblp`) between two hosts, per system, through one impairment.
 
-Systems: reliable MRC, kernel TCP (Linux as it is: 200 ms RTO floor), an MLT-style fixed
-tolerance, and DBLP with its phase-aware tolerance over the late phase of a training-like
-schedule (commands/bench/dblp.py's ``late_phase``). Settings:
+Systems: the MLT-style fixed tolerance (the DBLP paper's baseline, as its authors'
+prototype runs it: a bounded-loss transport at one tolerance, here DBLP's base
+tolerance), kernel TCP (Linux as it is: 200 ms RTO floor), reliable MRC (a
+tail-optimised multipath transport), and DBLP with its phase-aware tolerance over the
+late phase of a training-like schedule (commands/bench/dblp.py's ``late_phase``).
+Settings:
 
+* ``bursts``: the bench's microbursts (commands/bench/dblp_rounds.py), on one path
+  (a spine downlink) and on all paths (the receiver's port on both planes), shorter
+  and longer than a round (lengths in healthy rounds), run by the bench's own
+  functions (for TCP ``tcp_burst_rounds``, which puts the one_path burst on the spine
+  TCP's one connection drew); every burst's drops at its target are reported;
+* ``host_loss``: random loss on the receiver's host links (the ``gray_link`` kind on
+  both planes), so every path of the pair loses alike;
 * ``cross_dc``: two DCs joined by lossy long-haul links (the userspace delay line's own
   random loss, each direction), one fabric per loss rate, the one-way delay set at run
-  time through the ``delay_link`` failure kind, for every delay of the sweep;
-* ``host_loss``: random loss on the receiver's host links (the ``gray_link`` kind on both
-  planes), so every path of the pair loses alike;
-* ``one_path`` / ``all_paths``: the bench's microbursts (a line-rate incast 20 ms every
-  100 ms on one spine downlink / on the receiver's ports on both planes), run by the
-  bench's own functions (bench_dblp's ``setting_rounds``: for TCP ``tcp_burst_rounds``,
-  which puts the one_path burst on the spine TCP's one connection drew); every burst's
-  drops at its target are reported.
+  time through the ``delay_link`` failure kind, for every delay: the points of the map
+  (commands/reproduce/dblp_map.py) at long RTTs.
 
 Every point runs the systems interleaved (rep 0 of each, rep 1 of each, ...).
 """
@@ -26,13 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from commands.bench.dblp import late_phase, p99, round_transfers
+from commands.bench.dblp import late_phase
+from commands.bench.dblp_rounds import BurstPlan, p99, round_transfers
 from emu.fabric import Fabric
 from transports.testing.harness import TransferResult, run_transfers
 
-SYSTEMS = ("mrc", "tcp", "mlt", "dblp")
-LABELS = {"mrc": "reliable MRC", "tcp": "kernel TCP", "mlt": "MLT-style fixed tolerance",
-          "dblp": "DBLP phase-aware"}
+SYSTEMS = ("mlt", "tcp", "mrc", "dblp")
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def stats(res: TransferResult) -> dict[str, Any]:
 def rounds(fab: Fabric, src: str, dst: str, system: str, plan: RoundPlan) -> dict[str, Any]:
     """One run of ``plan.rounds`` synchronous rounds of ``system`` from src to dst."""
     transport, bounds = plan.bounds(system)
-    res = run_transfers(fab, transport, round_transfers(bounds, src, dst), deadline_s=120)
+    res = run_transfers(fab, transport, round_transfers(bounds, src, dst), deadline_s=300)
     row = stats(res)
     if not row["ok"]:
         errs = [e for m in res.messages for e in m.get("errors", [])]
@@ -147,21 +150,22 @@ def host_loss(fab: Fabric, src: str, dst: str, loss: float, systems: Sequence[st
             g.restore(fab)
 
 
-def bursts(fab: Fabric, setting: str, systems: Sequence[str], reps: int, plan: RoundPlan,
+def bursts(fab: Fabric, burst: BurstPlan, systems: Sequence[str], reps: int, plan: RoundPlan,
            tcp_config: dict, say: Callable[[str], None]) -> list[dict]:
-    """The bench's microbursts of ``setting`` (one_path, all_paths), the rounds through
-    them, by the bench's own functions; each row has ``burst_drops``."""
-    from commands.bench.dblp import setting_rounds
+    """The bench's microbursts of ``burst``, the rounds through them, by the bench's own
+    functions; each row has its setting's name, ``ratio`` and ``burst_drops``."""
+    from commands.bench.dblp_rounds import setting_rounds
 
     def one(system: str, rep: int) -> dict:
         transport, bounds = plan.bounds(system)
-        row = setting_rounds(fab, setting, transport, bounds, tcp_config)
+        row = setting_rounds(fab, burst, transport, bounds, tcp_config)
         keep = ("ok", "rounds", "p50_ms", "p99_ms", "max_ms", "delivered_mean",
                 "delivered_min", "burst_drops")
         out = {k: row[k] for k in keep}
         out["retx"] = row.get("cores", {}).get("tx_retx", 0)
         if not out["ok"]:
-            raise RuntimeError(f"{system} rounds through {setting} bursts failed")
+            raise RuntimeError(f"{system} rounds through {burst.name} bursts failed")
         return out
 
-    return interleaved(systems, reps, one, say, setting)
+    return [{**r, "placement": burst.placement, "ratio": burst.ratio, "on_ms": burst.on_ms}
+            for r in interleaved(systems, reps, one, say, burst.name)]

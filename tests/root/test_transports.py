@@ -125,21 +125,25 @@ def test_tcp_rounds_are_chained(fab):
 
 
 def test_driver_cpu_accounting_and_the_bare_path(fab):
-    """Each driver reports its loop's CPU (user + system, less checking the bytes), its
-    wall time and wake-ups; the bare path delivers every datagram it paced out, over the
-    SRH of the pair's first path, whose first spine carries them."""
+    """Each engine process reports its loop's CPU (user + system, less checking the
+    bytes), its wall time and wake-ups, and each of its hosts an equal share; the bare
+    path delivers every datagram it paced out, over the SRH of the pair's first path,
+    whose first spine carries them."""
     from commands.bench.cpu import bare_path, driver_cpu
 
-    r = run_transfers(fab, "mrc", [Transfer(SRC, DST, 2 << 20)])
-    assert r.ok
+    r = run_transfers(fab, "mrc", [Transfer(SRC, DST, 2 << 20)], engines=1)
+    assert r.ok and set(r.engines) == {0} and r.engines[0]["hosts"] == [SRC, DST]
+    e = r.engines[0]
+    assert e["wall_s"] > 0 and e["wakeups"] > 0
+    total = e["cpu_user_s"] + e["cpu_sys_s"]
+    assert e["cpu_s"] == pytest.approx(max(0.0, total - e["verify_cpu_s"]), abs=2e-4)
     for d in r.drivers.values():
-        assert d["wall_s"] > 0 and d["wakeups"] > 0
-        total = d["cpu_user_s"] + d["cpu_sys_s"]
-        assert d["cpu_s"] == pytest.approx(max(0.0, total - d["verify_cpu_s"]), abs=2e-4)
+        assert d["engine"] == 0 and d["cpu_s"] == pytest.approx(e["cpu_s"] / 2, abs=2e-4)
     assert r.drivers[DST]["verify_cpu_s"] > 0  # the receiver checked 2 MiB
     cpu = driver_cpu(r)
     assert cpu["data_packets"] >= (2 << 20) // 8000
-    assert set(cpu["share"]) == {SRC, DST}
+    assert set(cpu["share"]) == {"engine 0"} and cpu["processes"] == 1
+    assert 0 < cpu["acks_per_packet"] < 0.5  # one per wake-up or per 16 packets
     first = SPEC.paths(SRC, DST)[0]
     spine = next(h.node for h in first.hops if h.node.startswith(f"p{first.plane}s"))
     before = interface_packets(fab.kernels[spine])["l1"][1]

@@ -48,8 +48,16 @@ class Core(Protocol):
     def post_recv(self, msg: int, buf: bytearray | memoryview, now: float) -> list[Tx]:
         """Give the buffer message ``msg`` is placed into (its length is the message's)."""
 
-    def on_packet(self, data: bytes | memoryview, now: float) -> list[Tx]:
-        """Feed one received datagram; malformed ones are counted and dropped."""
+    def on_packet(self, data: bytes | memoryview, now: float,
+                  rx_t: float | None = None) -> list[Tx]:
+        """Feed one received datagram; malformed ones are counted and dropped. ``rx_t``:
+        when it reached the host (the kernel's receive timestamp; None: ``now``), which
+        RTT samples and ACK hold times are measured from; ``now`` stamps what is sent."""
+
+    def flush(self, now: float) -> list[Tx]:
+        """The end of a wake-up of the I/O loop: the coalesced ACK of every packet taken
+        since the last ACK (a receiver set to ``ack_wakeup`` acknowledges once per
+        wake-up or per ``ack_every`` packets; transports/core/receiver.py)."""
 
     def on_timer(self, now: float) -> list[Tx]:
         """Advance timers (retransmission, probes, pacing) to ``now``."""

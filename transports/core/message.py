@@ -26,12 +26,13 @@ it is copied before ``place`` returns and never retained.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import Counter
+from collections.abc import Sequence
 from typing import Protocol
 
 from transports.core import wire
 from transports.core.api import Completion, Tx
+from transports.native.packet import IntervalSet as IntervalSet  # re-exported
 
 # place() results
 PLACED, DUPLICATE, DROPPED = 0, 1, 2
@@ -40,79 +41,11 @@ PLACED, DUPLICATE, DROPPED = 0, 1, 2
 UNPOSTED_MSG_COST = 768
 
 
-class IntervalSet:
-    """Disjoint half-open integer ranges, merged on insertion (byte offsets or PSNs)."""
-
-    __slots__ = ("starts", "ends")
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __repr__(self) -> str:
-        return f"IntervalSet({list(zip(self.starts, self.ends, strict=True))})"
-
-    def ranges(self) -> list[tuple[int, int]]:
-        return list(zip(self.starts, self.ends, strict=True))
-
-    def add(self, a: int, b: int) -> list[tuple[int, int]]:
-        """Insert [a, b); return the sub-ranges that were not covered before."""
-        if a >= b:
-            return []
-        starts, ends = self.starts, self.ends
-        lo = bisect_right(starts, a) - 1
-        if lo < 0 or ends[lo] < a:
-            lo += 1  # the interval before does not touch [a, b)
-        hi = bisect_right(starts, b)  # intervals [lo, hi) touch or overlap [a, b)
-        new: list[tuple[int, int]] = []
-        cur = a
-        for k in range(lo, hi):
-            s, e = starts[k], ends[k]
-            if s > cur:
-                new.append((cur, min(s, b)))
-            if e > cur:
-                cur = e
-            if cur >= b:
-                break
-        if cur < b:
-            new.append((cur, b))
-        if lo < hi:
-            ns, ne = min(a, starts[lo]), max(b, ends[hi - 1])
-            starts[lo:hi] = [ns]
-            ends[lo:hi] = [ne]
-        else:
-            starts.insert(lo, a)
-            ends.insert(lo, b)
-        return new
-
-    def covered(self) -> int:
-        return sum(e - s for s, e in zip(self.starts, self.ends, strict=True))
-
-    def __contains__(self, x: int) -> bool:
-        i = bisect_right(self.starts, x) - 1
-        return i >= 0 and x < self.ends[i]
-
-    def pop_front_from(self, x: int) -> int:
-        """If the first range starts at ``x``, remove it and return its end; else ``x``."""
-        if self.starts and self.starts[0] == x:
-            self.starts.pop(0)
-            return self.ends.pop(0)
-        return x
-
-    def discard_below(self, x: int) -> None:
-        """Forget everything below ``x``."""
-        starts, ends = self.starts, self.ends
-        k = 0
-        while k < len(starts) and ends[k] <= x:
-            k += 1
-        if k:
-            del starts[:k]
-            del ends[:k]
-        if starts and starts[0] < x:
-            starts[0] = x
+# ``IntervalSet`` (disjoint half-open integer ranges, merged on insertion: byte offsets or
+# PSNs) is compiled (transports/native/packet.pyx): every DATA packet and SACK block goes
+# through one. ``add(a, b)`` returns the sub-ranges not covered before; ``starts`` and
+# ``ends`` are plain lists; ``ranges()``, ``covered()``, ``in``, ``pop_front_from(x)``,
+# ``discard_below(x)``.
 
 
 def segments(nbytes: int, mtu_payload: int) -> list[tuple[int, int]]:
@@ -127,9 +60,14 @@ def npackets(nbytes: int, mtu_payload: int) -> int:
 
 
 class OutMsg:
-    """A message being sent: its bytes (not copied: the caller keeps them until completion)."""
+    """A message being sent: its bytes (not copied: the caller keeps them until completion).
 
-    __slots__ = ("msg", "data", "nbytes", "npkts", "acked", "next_off", "done", "t_post")
+    ``order``, if set, is the order its packets first leave in (chunk indices, each once:
+    a bounded-loss round's own order, transports/core/dblp/connection.py); None: by
+    offset. ``nsent`` counts those first transmissions."""
+
+    __slots__ = ("msg", "data", "nbytes", "npkts", "acked", "next_off", "done", "t_post",
+                 "order", "nsent")
 
     def __init__(self, msg: int, data: bytes | memoryview, mtu_payload: int, now: float) -> None:
         self.msg = msg
@@ -141,6 +79,8 @@ class OutMsg:
         self.next_off = 0  # next byte to packetise
         self.done = False
         self.t_post = now
+        self.order: Sequence[int] | None = None
+        self.nsent = 0
 
     def __repr__(self) -> str:
         return f"OutMsg(msg={self.msg}, nbytes={self.nbytes}, acked={self.acked}/{self.npkts})"

@@ -19,8 +19,8 @@ floor does not; after the count is spent it keeps probing every ``rto_max``.
 
 RTO: RFC 6298 (srtt + 4 rttvar), doubled per RTO without progress, within
 [floor, rto_max], the floor ``max(rto_min, rto_min_rtts * minimum RTT)`` plus the
-host's measured scheduling delay (transports/core/rto.py), restarted by every ACK of new
-data.
+host's measured scheduling delay (transports/core/rto.py), plus the peer's ACK delay
+(the hold its ACKs state: rto.py ``PeerHold``), restarted by every ACK of new data.
 
 DCQCN (``dcqcn``): the receiver answers a CE-marked packet at once with an ACK carrying
 FLAG_ECE (the congestion notification); the sender's rate (transports/core/dcqcn.py)
@@ -47,7 +47,7 @@ from transports.core.dcqcn import Dcqcn, DcqcnConfig
 from transports.core.knobs import check_knobs, knob
 from transports.core.message import Completions, MessageCore, OutMsg, Reassembly
 from transports.core.receiver import Receiver
-from transports.core.rto import MinRtt, RttEstimator, check_rto_config, rto_floor
+from transports.core.rto import MinRtt, PeerHold, RttEstimator, check_rto_config, rto_floor
 from transports.core.spurious import RetxLedger
 from transports.core.wire import (
     ACK,
@@ -73,6 +73,8 @@ class RcConfig:
     aimd: bool = knob(False)  # the window moves (+1 per window acked, halved on a loss)
     ack_every: int = knob(4, lo=1)
     ack_delay: float = knob(50e-6, lo=0.0)
+    # one ACK per wake-up of a batching I/O loop (or per ack_every): transports/core/receiver.py
+    ack_wakeup: bool = knob(False)
     rto_init: float = knob(10e-3, lo=0.0, lo_open=True)
     # the RTO floor's absolute part: timer granularity, ACK delay
     rto_min: float = knob(250e-6, lo=0.0, lo_open=True)
@@ -125,6 +127,7 @@ class RcCore(MessageCore):
         self.strikes = 0
         self.first_strike_at = INF  # the first RTO without progress
         self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
+        self.peer_hold = PeerHold()  # the peer's ACK delay, added to the RTO
         self.dcqcn = Dcqcn(cfg.rate) if cfg.dcqcn else None  # the QP's rate (DCQCN)
         self.pace_at = INF  # when pacing lets the next packet leave (INF: not waiting)
         # receiver: in order, one NACK per gap, cumulative ACKs (transports/core/receiver.py)
@@ -139,18 +142,20 @@ class RcCore(MessageCore):
 
     # ---- the Core interface -------------------------------------------------------------
 
-    def on_packet(self, data: bytes | memoryview, now: float) -> list[Tx]:
+    def on_packet(self, data: bytes | memoryview, now: float,
+                  rx_t: float | None = None) -> list[Tx]:
         h = self._admit(data)
         if h is None:
             return []
         out: list[Tx] = []
         if h.kind == DATA:
+            self.rcv.arrival = rx_t
             self._on_data(h, data, now, out)
         elif h.kind in (ACK, NACK):
             if h.flags & (wire.FLAG_STOP | wire.FLAG_STOP_OK):  # DBLP's, never an RC ack
                 self.stats["stop_unexpected"] += 1
                 return out
-            self._on_ack(h, now, out)
+            self._on_ack(h, now, out, now if rx_t is None else rx_t)
         elif h.kind == PROBE:
             buf = bytearray(HEADER_LEN)
             pack_header(buf, wire.PROBE_ACK, 0, self.conn, h.psn, 0, 0, 0, 0, 0, _ns(now), h.ts)
@@ -179,6 +184,11 @@ class RcCore(MessageCore):
                 self.snd_nxt = self.snd_una  # go back N
         self._pump(now, out)
         return out
+
+    def flush(self, now: float) -> list[Tx]:
+        """The coalesced ACK of this wake-up (transports/core/api.py ``Core.flush``)."""
+        ack = self.rcv.flush(now)
+        return [] if ack is None else [ack]
 
     def next_deadline(self) -> float | None:
         d = min(self.rcv.ack_at, self.rto_at, self.pace_at)
@@ -211,15 +221,16 @@ class RcCore(MessageCore):
         self.out_msgs[om.msg] = om
         self.sendq.append(om)
 
-    def _on_ack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
+    def _on_ack(self, h: wire.Header, now: float, out: list[Tx], rx: float) -> None:
         cum = h.psn
         if cum > self.snd_max:
             self.stats["ack_beyond_sent"] += 1
             return
         if self.failed:
             return
+        self.peer_hold.sample(h.msg_len * 1e-9, now)  # the peer's ACK delay (wire.py)
         if h.ts_echo:
-            r = now - h.ts_echo * 1e-9
+            r = rx - h.ts_echo * 1e-9  # from the ACK's arrival, however late the loop woke
             if 0 < r < 60.0:
                 self.rtt.sample(r)
                 self.min_rtt.sample(r, now)
@@ -279,8 +290,9 @@ class RcCore(MessageCore):
 
     def _rto(self) -> float:
         cfg = self.cfg
-        return min(cfg.rto_max, self.rtt.rto(self.rto_floor(), cfg.rto_max, cfg.rto_init)
-                   * (1 << min(self.strikes, 30)))
+        # plus the peer's ACK delay, which the RTT samples leave out (rto.py ``PeerHold``)
+        return min(cfg.rto_max, (self.rtt.rto(self.rto_floor(), cfg.rto_max, cfg.rto_init)
+                                 + self.peer_hold.value) * (1 << min(self.strikes, 30)))
 
     def _pump(self, now: float, out: list[Tx]) -> None:
         if self.failed:

@@ -21,12 +21,24 @@ once for FLAG_ACK_REQ and for a duplicate (``dup_data``). ``ts_echo`` is the
 triggering packet's ``ts`` plus the time the ACK was held here, so coalescing does
 not inflate the sender's RTT samples, and an ACK sent at once echoes its packet's
 ``ts`` exactly so the sender can tell which copy arrived (transports/core/spurious.py).
+What the echo leaves out, the ACK states: its ``msg_len`` is how long the oldest packet
+it covers waited here (ns; QUIC's ACK Delay), so the sender's RTO allows the hold a
+coalesced ACK adds to every packet but the last it answers.
 Every reply goes back on the EV its packet came in on.
 
 Congestion signals (transports/core/wire.py): a packet that arrived marked CE is
 acknowledged at once, and an ACK carries FLAG_ECE when the packet it answers (``last_*``)
 was marked; a trimmed packet (SACK mode) is answered by a NACK naming its PSN
 (``on_trimmed``).
+
+With ``ack_wakeup`` (the I/O loop serves datagrams in batches, as a NIC's interrupt
+coalescing: transports/io/loop.py), ACKs are coalesced as RoCE and UET NICs do: one per
+wake-up (the loop calls ``flush`` once the batch is in) or per ``ack_every`` packets,
+the SACK blocks carrying the rest; a gap and FLAG_ACK_REQ no longer cost an ACK each but
+are answered by the wake-up's one. Duplicates, CE marks and NACKs still go at once. The hold time
+is measured from the packet's arrival (``arrival``: the kernel's receive timestamp the
+loop passes in), so the echo stays exact however late the engine woke; a tail probe is
+answered with its own stamp, unadvanced, as the sender finds the probe by it.
 
 Per-packet code: no logging, no allocation beyond the reply, attributes read into
 locals once.
@@ -54,6 +66,7 @@ from transports.core.wire import (
 )
 
 INF = float("inf")
+HOLD_MAX_NS = 0xFFFFFFFF  # an ACK's hold field (``msg_len``, u32 ns) saturates at 4.29 s
 
 
 class ReceiverConfig(Protocol):
@@ -101,6 +114,13 @@ class Receiver:
         self.last_rx = 0.0
         self.last_ev = 0
         self.last_ce = 0  # FLAG_CE of that packet: the ACK echoes it (FLAG_ECE)
+        self.first_rx = 0.0  # arrival of the oldest packet placed since the last ACK
+        # when the datagram being handled reached the host (None: ``now``); the owner
+        # sets it before each one (the kernel's receive timestamp)
+        self.arrival: float | None = None
+        # one ACK per wake-up (``flush``) or per ack_every packets (a config without the
+        # knob: per packet, as before)
+        self.ack_wakeup = bool(getattr(cfg, "ack_wakeup", False))
 
     def __repr__(self) -> str:
         mode = "in order" if self.in_order else "sack"
@@ -116,6 +136,7 @@ class Receiver:
         payload = memoryview(data)[HEADER_LEN:HEADER_LEN + h.length]
         cfg = self.cfg
         stats = self.stats
+        rx = now if self.arrival is None else self.arrival
         if h.crc:
             if wire.crc32(payload) != h.crc:
                 stats["crc"] += 1
@@ -124,12 +145,13 @@ class Receiver:
             stats["no_crc"] += 1
             return False
         psn = h.psn
+        ce = h.flags & FLAG_CE
         rcv_nxt = self.rcv_nxt
         ooo = self.ooo
         if self.in_order:
             # RC echoes the latest packet that passed the CRC, whatever became of it
-            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
-            self.last_ce = h.flags & FLAG_CE
+            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, rx
+            self.last_ce = ce
             if psn < rcv_nxt:
                 stats["dup_data"] += 1
                 out.append(self.make_ack(now))
@@ -149,8 +171,8 @@ class Receiver:
         else:
             if psn < rcv_nxt or psn in ooo:
                 stats["dup_data"] += 1
-                self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
-                self.last_ce = h.flags & FLAG_CE
+                self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, rx
+                self.last_ce = ce
                 out.append(self.make_ack(now))
                 return False
             if psn >= rcv_nxt + cfg.window_pkts:
@@ -164,16 +186,27 @@ class Receiver:
                 self.rcv_nxt = ooo.pop_front_from(psn + 1)
             else:
                 ooo.add(psn, psn + 1)
-            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
-            self.last_ce = h.flags & FLAG_CE
+            self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, rx
+            self.last_ce = ce
+        if not self.ack_pending:  # the oldest packet the next ACK covers arrived now
+            self.first_rx = rx
         self.ack_pending += 1
         # a CE mark is echoed at once, on the EV it came by (its own ACK, as DCTCP's
-        # receiver acknowledges a change of CE state at once)
-        if gap or h.flags & (FLAG_ACK_REQ | FLAG_CE) or self.ack_pending >= cfg.ack_every:
+        # receiver acknowledges a change of CE state at once): a coalesced ACK answers
+        # only the wake-up's last packet and would drop the marks before it
+        at_once = ce or self.ack_pending >= cfg.ack_every
+        if not self.ack_wakeup:  # per packet: a gap and FLAG_ACK_REQ are answered too
+            at_once = at_once or gap or h.flags & FLAG_ACK_REQ
+        if at_once:
             out.append(self.make_ack(now))
-        elif self.ack_at == INF:
+        elif self.ack_at == INF:  # coalesced: also for an owner that never flushes
             self.ack_at = now + cfg.ack_delay
         return True
+
+    def flush(self, now: float) -> Tx | None:
+        """The end of a wake-up: the ACK of the packets taken since the last one (None if
+        there are none)."""
+        return self.make_ack(now) if self.ack_pending else None
 
     def make_ack(self, now: float, kind: int = ACK) -> Tx:
         """The ACK (or, ``kind=NACK``, the NACK) of everything received so far.
@@ -181,6 +214,10 @@ class Receiver:
         It answers the last packet taken (``last_ts``, ``last_ev``) and clears the
         coalescing state: whatever was pending is acknowledged by this one.
         """
+        # the longest any packet this ACK covers waited here (its ACK delay, sent to the
+        # peer, whose RTO must allow it: the echo below takes it out of the RTT)
+        held = now - (self.first_rx if self.ack_pending else self.last_rx)
+        held_ns = min(int(held * 1e9), HOLD_MAX_NS) if held > 0 and self.last_ts else 0
         self.ack_pending = 0
         self.ack_at = INF
         ooo = self.ooo
@@ -199,7 +236,7 @@ class Receiver:
             payload = b""
         buf = bytearray(HEADER_LEN + len(payload))
         echo = self.last_ts + int((now - self.last_rx) * 1e9) if self.last_ts else 0
-        pack_header(buf, kind, flags, self.conn, self.rcv_nxt, 0, 0, 0, self.last_ev,
+        pack_header(buf, kind, flags, self.conn, self.rcv_nxt, 0, 0, held_ns, self.last_ev,
                     len(payload), _ns(now), echo & 0xFFFFFFFFFFFFFFFF)
         if payload:
             buf[HEADER_LEN:] = payload
@@ -224,6 +261,7 @@ class Receiver:
     def on_probe(self, h: wire.Header, now: float, out: list[Tx]) -> None:
         """Answer a PROBE on its EV; a tail probe (FLAG_TAIL) by a full ACK instead."""
         if h.flags & FLAG_TAIL:  # after a silent RTO: everything this end has, at once
+            # echoed exactly (no hold added): the sender finds its probe by this stamp
             self.last_ts, self.last_ev, self.last_rx = h.ts, h.ev, now
             out.append(self.make_ack(now))
             self.stats["rx_tail_probe"] += 1

@@ -122,6 +122,37 @@ class HostDelay:
         return False
 
 
+class PeerHold:
+    """How long the peer holds a packet before its ACK goes (QUIC's ``max_ack_delay``, here
+    measured): the peak of the holds the ACKs state (wire.py, an ACK's ``msg_len``),
+    decaying with time constant ``decay_s``, as this host's own ``HostDelay``: the hold is
+    the peer's scheduling delay, and a peak it reached once (a loop that fell behind) may
+    come back. The RTT samples leave the hold out (the peer's echo adds it back to the
+    stamp), so an RTO or a loss bound built on them adds ``value``: a coalesced ACK
+    answers its wake-up's first packet that much later than its last."""
+
+    __slots__ = ("value", "peak", "at", "decay_s")
+
+    def __init__(self, decay_s: float = HOST_DELAY_DECAY_S) -> None:
+        if not decay_s > 0:
+            raise ValueError(f"PeerHold: decay_s={decay_s!r} must be > 0 s")
+        self.value = 0.0  # as of the last sample
+        self.peak = 0.0
+        self.at = 0.0
+        self.decay_s = decay_s
+
+    def sample(self, held: float, now: float) -> None:
+        """An ACK, taken at ``now``, whose oldest packet waited ``held`` seconds at the peer
+        (beyond ``HOST_DELAY_MAX_S``: a stopped peer, not a hold to plan for)."""
+        if held > HOST_DELAY_MAX_S:
+            held = HOST_DELAY_MAX_S
+        peak = self.peak
+        v = peak * math.exp(-(now - self.at) / self.decay_s) if peak else 0.0
+        if held >= v:
+            self.peak, self.at, v = held, now, held
+        self.value = v
+
+
 class MinRtt:
     """The minimum RTT of a connection: a windowed, guarded minimum (``BaseRtt``) of its
     samples, for a core without NSCC (RC) to scale its RTO floor with."""

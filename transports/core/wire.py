@@ -10,7 +10,8 @@ Every datagram (UDP payload) starts with a 48-byte header, network byte order:
     8      4    psn          packet sequence number (ACK/NACK: cumulative ack = next expected)
     12     4    msg          message id
     16     4    offset       byte offset of the payload in the message (data placement)
-    20     4    msg_len      total length of the message in bytes
+    20     4    msg_len      total length of the message in bytes (ACK: how long, ns, the
+                             oldest packet it covers waited at the receiver, its ACK delay)
     24     2    ev           entropy value: the path this packet was sent on (ACK: the
                              EV of the data packet that triggered it)
     26     2    length       payload bytes after the header
@@ -37,8 +38,9 @@ sender's answer: ``psn``..``offset`` is the PSN range of ``msg`` it will never s
 from __future__ import annotations
 
 import struct
-import zlib
 from typing import NamedTuple
+
+from transports.native.packet import crc32 as _crc32
 
 WIRE_VERSION = 1
 HEADER = struct.Struct("!BBHIIIIIHHQQI")
@@ -177,6 +179,6 @@ def pack_sack(blocks: list[tuple[int, int]]) -> bytes:
     return b"".join(SACK_BLOCK.pack(a, b) for a, b in blocks)
 
 
-def crc32(payload: bytes | memoryview) -> int:
-    """The payload checksum carried in ``crc`` (never 0: 0 means "no CRC")."""
-    return zlib.crc32(payload) or 1
+# The payload checksum carried in ``crc``: zlib's CRC32, never 0 (0 means "no CRC"),
+# computed by the compiled helper (ISA-L: 0.7 us per 8000 B against zlib's 2.3-5.4).
+crc32 = _crc32

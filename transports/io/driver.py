@@ -1,28 +1,29 @@
-"""The UDP driver: runs transport cores for one host, inside that host's namespace.
+"""The UDP driver: one engine process that runs the transport cores of many hosts.
 
-One driver process per host (so the hosts' Python work spreads over the cores
-of the machine). It is given a plan (JSON on stdin): its connections, the
-messages to send and receive, and for MRC the transit segments of every path
-(EV) to each peer. Message bytes are generated from a seed on both ends, so the
-receiver verifies them by SHA-256 without the harness shipping data. A progress
-line per completed message goes to stderr.
+One driver process per core of the machine serves every host given to it (an *engine*,
+as a NIC's firmware serves its queues): each host's sockets are made inside that host's
+network namespace (``setns``, emu/netns.py) and then used from this one process, so that
+one wake-up carries the datagrams of tens of packets of many hosts, in batched syscalls
+(transports/io/loop.py, sockets.py). A host's state stays its own, as if it ran in a
+process of its own (transports/io/hostrun.py). Started with a single host's plan, it runs
+that host in the namespace it was started in (the soak's drivers, a host's own process).
 
-It speaks the emulator's child protocol (emu.childproto): line 1 of stdin is the
-plan; the driver sets up, says ``ready``, reads the ``start`` record (the
-CLOCK_MONOTONIC instant at which all drivers post their sends) and ends with one
-``result`` record on stdout.
+The plan (JSON on stdin), either one host's::
 
-This module is the process's entry point and what it does with the plan
-(:class:`Driver`); the parts it runs, each in a module of its own:
+    {"host", "addr", "transport", "config", "seed", "deadline_s", "conns", "sends",
+     "recvs", "streams", "timeline_s", "tick_s"}
 
-* transports/io/loop.py: the event loop (shared with the in-process engine,
-  transports/io/endpoint.py);
-* transports/io/sockets.py: the host's sockets (one receive socket on the
-  transport port; for MRC one send socket per distinct path, carrying its SRH; for RC
-  one with a fixed source port) and the per-datagram hot path;
-* transports/io/streams.py: the plan's send and receive streams (soak runs);
-* transports/io/footprint.py: the resident-memory samples (``rss``) and the sizes
-  of the cores' containers (``state``) a soak watches.
+or an engine's: ``{"engine": i, "tick_s", "hosts": [plan, ...], "netns": {host: path}}``
+(each path a namespace file, /run/netns/NAME). Connections, messages and for MRC the
+transit segments of every path (EV) to each peer are as transports/plan.py makes them.
+Message bytes are generated from a seed on both ends, so the receiver verifies them by
+SHA-256 without the harness shipping data. A progress line per completed message goes to
+stderr.
+
+It speaks the emulator's child protocol (emu.childproto): line 1 of stdin is the plan;
+the driver sets up, says ``ready``, reads the ``start`` record (the CLOCK_MONOTONIC
+instant at which all drivers post their sends) and ends with one ``result`` record on
+stdout: one host's result, or an engine's ``{"engine": {...}, "hosts": {host: result}}``.
 
 **Streams** (``plan["streams"]``, for soak runs): instead of listing every message,
 an entry ``{"conn", "kind": "send" | "recv", "size", "msg0", "seeds", "window",
@@ -32,266 +33,138 @@ connection, ids ``msg0``, ``msg0 + 1``, ...; message k carries the bytes of
 their SHA-256 and checks every message, bytes missing from a bounded DBLP round
 aside, then clears and reuses its ``window`` buffers: nothing grows with the number
 of messages). A send stream posts no message after ``until_s`` from the start, says
-``{"type": "sent"}`` once its last one completed, and is done; receive streams
+``{"type": "sent", "host"}`` once its last one completed, and is done; receive streams
 keep a receive posted until the parent closes the driver's stdin (it does once
 every sender said ``sent``). Each stream reports counts (posted, ok, failed, bytes,
 bytes not exact, rounds outside their loss bound, ...) and the ids still open at
 the end, never a record per message. ``plan["timeline_s"]`` sets the goodput
 timeline's sampling period (default 0.01 s; a soak of minutes wants seconds).
 
+CPU: the process's own (user and system) from the start on, less checking the received
+bytes; an engine reports it as a whole (``engine``) and each host an equal share of it.
+
     python -m transports.io.driver   (started by emu.launch; plan on stdin)
 """
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import sys
 import time
 
 from emu import childproto
+from emu.netns import entered
 from transports import registry
-from transports.core.api import Completion
-from transports.io.footprint import RssSampler, state_sizes
+from transports.io.footprint import RssSampler
+from transports.io.hostrun import SENT, TIMELINE_S, HostRun
 from transports.io.loop import EventLoop
-from transports.io.sockets import Conn, HostSockets
-from transports.io.streams import RecvStream, SendStream, bound_arg, prefault
-from transports.plan import AfterGate, message_bytes, placed_exactly
-from transports.registry import make_core
+from transports.io.sockets import HostSockets
+from transports.io.tick import TICK_S
+from transports.plan import message_bytes
 
-TIMELINE_S = 0.01  # goodput timeline's default sampling period
-EV_LOG_MAX = 512  # EV state changes kept with their times (``ev_log``); later ones counted
-SENT = "sent"  # the record a driver writes once all its send streams are done
+__all__ = ["SENT", "TIMELINE_S", "Driver", "main", "wait_for_start"]
 
 
 class Driver:
-    """One host's plan run on the event loop (transports/io/loop.py): its messages and
-    streams posted, their completions checked, the result record built."""
+    """Hosts' plans run on one event loop: every host's sockets (each made in its
+    namespace when ``netns`` names one), then the loop until all are done."""
 
-    def __init__(self, plan: dict) -> None:
-        self.plan = plan
-        self.addr = plan["addr"]
-        self.transport = plan["transport"]
-        self.socks = HostSockets()
-        self.conns: dict[int, Conn] = {}
-        self.verify_cpu_s = 0.0  # CPU spent checking received bytes (not the transport's)
-        for c in plan["conns"]:
-            core = make_core(self.transport, c["conn"], len(c.get("paths") or [[]]),
-                             plan.get("config", {}), plan.get("seed", 0) * 1000 + c["conn"],
-                             c.get("nics"))
-            self.conns[c["conn"]] = self.socks.conn({"src_addr": self.addr, **c}, core)
-        self._send = self.socks.send
-        # streams (soak runs), by (connection, "send" | "recv"): payloads made now
-        self.streams: dict[tuple[int, str], SendStream | RecvStream] = {}
-        chunk = plan.get("config", {}).get("mtu_payload", 8000)
-        for st in plan.get("streams", []):
-            key = (st["conn"], st["kind"])
-            if key in self.streams or st["kind"] not in ("send", "recv"):
-                raise SystemExit(f"stream {key}: one send and one recv stream per connection")
-            conn = self.conns[st["conn"]]
-            self.streams[key] = (SendStream(st, conn) if st["kind"] == "send"
-                                 else RecvStream(st, conn, chunk))
-        self.stopping = False  # stdin ended: receive streams post no more
-        self.ev_changes: dict[int, int] = {}  # EV state changes drained, per connection
-        # the first EV_LOG_MAX of them: [t from the start, conn, ev, old state, new state]
-        self.ev_log: list[list] = []
-        self.t0 = 0.0
+    def __init__(self, plans: list[dict], netns: dict[str, str] | None = None,
+                 tick_s: float = TICK_S, engine: int | None = None) -> None:
+        if not plans:
+            raise SystemExit("a driver needs at least one host's plan")
+        self.engine = engine
+        self.loop = EventLoop(idle_s=0.05, tick_s=tick_s)
+        self.hosts: list[HostRun] = []
+        for plan in plans:
+            path = (netns or {}).get(plan["host"])
+            run = _host_in(path, plan) if path else HostRun(plan, HostSockets())
+            self.loop.add(run.socks, run.conns, run.completed)
+            self.hosts.append(run)
+        self.deadline_s = max(p.get("deadline_s", 60.0) for p in plans)
 
     def run(self) -> dict:
-        """Post every receive and send of the plan, loop until all complete or the deadline."""
-        t_start = time.monotonic()
-        deadline = t_start + self.plan.get("deadline_s", 60.0)
-        pending = 0
-        expect: dict[tuple[int, int, str], dict] = {}
-        bufs: dict[tuple[int, int], bytearray] = {}
-        refs: dict[tuple[int, int], bytes] = {}
-        # A receive with "after" (a message id or a list of them) is posted once the
-        # receives of all those messages completed: a round's buffer (and its deadline
-        # clock) starts when the previous round ended on every lane.
-        recv_waiting: AfterGate[dict] = AfterGate()
-        for r in self.plan.get("recvs", []):
-            buf = bufs[(r["conn"], r["msg"])] = bytearray(r["size"])
-            prefault(buf)  # now, not charged to the transport's CPU during the run
-            # the content it must receive, made now: during the run it would take the CPU
-            # from the transfers still running on this host's cores
-            refs[(r["conn"], r["msg"])] = message_bytes(r["seed"], r["size"])
-            expect[(r["conn"], r["msg"], "recv")] = r
-            pending += 1
-            if not recv_waiting.add(r.get("after"), r):
-                self._post_recv(r, bufs, time.monotonic())
-        # A send with "after" is posted once the sends of all those messages completed
-        # (synchronous rounds: every lane of round i before any lane of round i + 1).
-        first: list[tuple[dict, bytes]] = []
-        waiting: AfterGate[tuple[dict, bytes]] = AfterGate()
-        for s in self.plan.get("sends", []):
-            item = (s, message_bytes(s["seed"], s["size"]))
-            if not waiting.add(s.get("after"), item):
-                first.append(item)
-            expect[(s["conn"], s["msg"], "send")] = s
-            pending += 1
-        self.posted: dict[int, float] = {}
-        sends = [st for st in self.streams.values() if isinstance(st, SendStream)]
-        recvs = [st for st in self.streams.values() if isinstance(st, RecvStream)]
+        """Every host's plan from the common start until all are done or the deadline;
+        the result record (one host's, or the engine's)."""
+        loop, hosts = self.loop, self.hosts
         rss = RssSampler()
-        t0 = self.t0 = wait_for_start()
+        t0 = wait_for_start()
+        deadline = t0 + self.deadline_s
         # The transport's CPU: the loop from the start on, less checking the received
         # bytes (generating messages is before it).
         cpu0 = resource.getrusage(resource.RUSAGE_SELF)
-        for r in recvs:
-            r.fill(t0, self._send)
-        for s, data in first:
-            self._post_send(s, data, t0, t0)
-        for st in sends:
-            st.fill(t0, t0, self._send)
-        sending = len(sends)  # send streams not finished
-        done: list[dict] = []
-        timeline: list[tuple[float, int]] = []  # (t, bytes placed so far) for goodput
-        placed = 0
-
-        def completed(conn: Conn, comp: Completion) -> None:
-            nonlocal pending, placed
-            if self.streams:
-                stream = self.streams.get((conn.core.conn, comp.kind))
-                if stream is not None and stream.owns(comp.msg):
-                    self._stream_done(stream, comp, t0)
-                    return
-            pending -= 1
-            done.append(self._finish(conn, comp, bufs, refs, t0))
-            if comp.kind == "recv" and comp.ok:
-                placed += comp.nbytes
-            if comp.kind == "send":
-                for s, data in waiting.done(comp.msg):
-                    self._post_send(s, data, time.monotonic(), t0)
-            else:
-                for r in recv_waiting.done(comp.msg):
-                    self._post_recv(r, bufs, time.monotonic())
+        for h in hosts:
+            h.begin(t0)
+        # Receive streams end when the parent closes stdin: watched with the sockets.
+        recvs = any(h.recvs for h in hosts)
+        stdin = sys.stdin.fileno() if recvs else -1
+        stopping = False
 
         def stdin_ready(ready: list, now: float) -> None:
-            if stdin in ready and self._stdin_ended(stdin):
-                self.stopping = True
+            nonlocal stopping
+            if stdin in ready and _stdin_ended(stdin):
+                stopping = True
+                for h in hosts:
+                    h.stopping = True
 
-        self.loop = loop = EventLoop(self.socks, self.conns, completed, idle_s=0.05)
-        next_sample = t0
-        timeline_s = self.plan.get("timeline_s", TIMELINE_S)
-        # Receive streams end when the parent closes stdin: watched with the socket.
-        stdin = sys.stdin.fileno() if recvs else -1
-        while ((pending or sending or (recvs and not self.stopping))
-               and time.monotonic() < deadline):
-            watch = [stdin] if recvs and not self.stopping else []
+        busy = list(hosts)
+        while busy and time.monotonic() < deadline:
+            watch = [stdin] if recvs and not stopping else []
             now = loop.turn(watch, deadline, stdin_ready)
-            if sending:
-                for st in sends:
-                    if not st.finished:
-                        st.fill(now, t0, self._send)  # after until_s: finished once empty
-                sending = sum(not st.finished for st in sends)
-                if not sending:  # the parent may now end the receive streams
-                    childproto.emit(SENT, host=self.plan["host"])
-            if now >= next_sample:
-                timeline.append((round(now - t0, 4), self._bytes_in(placed)))
-                next_sample = now + timeline_s
+            for h in busy:
+                h.after_turn(now)
+            busy = [h for h in busy if h.busy]
             if now >= rss.next:
                 rss.sample(now, t0)
-                self._drain_ev_changes()
+                for h in hosts:
+                    h.drain_ev_changes()
         rss.sample(time.monotonic(), t0, force=True)  # the last one, always
-        self._drain_ev_changes()
+        for h in hosts:
+            h.drain_ev_changes()
         rss.close()
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         wall = time.monotonic() - t0
-        cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-        for key, want in expect.items():
-            if not any(d["conn"] == key[0] and d["msg"] == key[1] and d["kind"] == key[2]
-                       for d in done):
-                done.append({"conn": key[0], "msg": key[1], "kind": key[2], "ok": False,
-                             "error": "deadline", "bytes": want["size"]})
-        return {
-            "host": self.plan["host"], "transport": self.transport, "t0": t0,
-            "messages": done, "timeline": timeline, "posted": self.posted,
-            "cpu_s": round(max(0.0, cpu - self.verify_cpu_s), 4), "wall_s": round(wall, 4),
-            "verify_cpu_s": round(self.verify_cpu_s, 4),
-            "cpu_user_s": round(cpu1.ru_utime - cpu0.ru_utime, 4),
-            "cpu_sys_s": round(cpu1.ru_stime - cpu0.ru_stime, 4),
-            "wakeups": loop.wakeups,
-            "sent_per_ev": {c: conn.sent_per_ev for c, conn in self.conns.items()},
-            "stats": {c: dict(getattr(conn.core, "stats", {})) for c, conn in self.conns.items()},
-            "unknown_conn": loop.unknown,
-            "internal_errors": self.socks.internal_errors,
-            "rss": rss.samples, "rss_every_s": rss.every, "ev_changes": self.ev_changes,
-            "ev_log": self.ev_log,
-            "state": {c: state_sizes(conn.core) for c, conn in self.conns.items()},
-            "streams": [st.report() for st in self.streams.values()],
-        }
+        verify = sum(h.verify_cpu_s for h in hosts)
+        user, sys_ = cpu1.ru_utime - cpu0.ru_utime, cpu1.ru_stime - cpu0.ru_stime
+        cpu = max(0.0, user + sys_ - verify)
+        n = len(hosts)
+        results = {}
+        for h, lh in zip(hosts, loop.hosts, strict=True):
+            res = h.result(lh.unknown)
+            res.update(cpu_s=round(cpu / n, 4), wall_s=round(wall, 4),
+                       cpu_user_s=round(user / n, 4), cpu_sys_s=round(sys_ / n, 4),
+                       wakeups=round(loop.wakeups / n, 2), rss=rss.samples,
+                       rss_every_s=rss.every)
+            results[h.host] = res
+        if self.engine is None:
+            return results[hosts[0].host]
+        return {"engine": {"id": self.engine, "hosts": [h.host for h in hosts],
+                           "cpu_s": round(cpu, 4), "cpu_user_s": round(user, 4),
+                           "cpu_sys_s": round(sys_, 4), "verify_cpu_s": round(verify, 4),
+                           "wall_s": round(wall, 4), "wakeups": loop.wakeups,
+                           "tick_s": loop.coalescing.tick_s},
+                "hosts": results}
 
-    def _drain_ev_changes(self) -> None:
-        """Drain each core's EV change log (its owner is this driver, which only counts
-        them and keeps the first ``EV_LOG_MAX`` with their times, which show when a failure
-        retired an EV and when a probe re-admitted it): undrained, it would fill to its
-        bound under a flapping link."""
-        log = self.ev_log
-        for c, conn in self.conns.items():
-            drain = getattr(conn.core, "ev_changes", None)
-            changes = drain() if drain is not None else None
-            if changes:
-                self.ev_changes[c] = self.ev_changes.get(c, 0) + len(changes)
-                for t, ev, old, new in changes[:max(0, EV_LOG_MAX - len(log))]:
-                    log.append([round(t - self.t0, 4), c, ev, old, new])
 
-    def _stream_done(self, st: SendStream | RecvStream, comp: Completion, t0: float) -> None:
-        """A stream's message completed: count (and check) it, post the next."""
-        now = time.monotonic()
-        if isinstance(st, SendStream):
-            st.complete(comp)
-            st.fill(now, t0, self._send)
-            return
-        c0 = time.process_time()
-        st.complete(comp)
-        self.verify_cpu_s += time.process_time() - c0
-        if not self.stopping:
-            st.fill(now, self._send)
+def _host_in(path: str, plan: dict) -> HostRun:
+    """A host's plan with its sockets made inside the namespace at ``path`` (each socket
+    stays bound to the namespace it was made in)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with entered(fd):
+            return HostRun(plan, HostSockets())
+    finally:
+        os.close(fd)
 
-    def _stdin_ended(self, fd: int) -> bool:
-        """The parent closed stdin (or wrote a ``stop`` record): streams end."""
-        try:
-            data = os.read(fd, 4096)
-        except BlockingIOError:
-            return False
-        return not data or b'"stop"' in data
 
-    def _post_recv(self, r: dict, bufs: dict, now: float) -> None:
-        conn = self.conns[r["conn"]]
-        self._send(conn, conn.core.post_recv(r["msg"], bufs[(r["conn"], r["msg"])], now,
-                                             **bound_arg(r)))
-
-    def _post_send(self, s: dict, data: bytes, now: float, t0: float) -> None:
-        conn = self.conns[s["conn"]]
-        self.posted[s["msg"]] = round(now - t0, 6)
-        self._send(conn, conn.core.post_send(s["msg"], data, now, **bound_arg(s)))
-
-    def _bytes_in(self, placed: int) -> int:
-        # Bytes placed so far, including partially received messages, from the cores.
-        total = 0
-        for conn in self.conns.values():
-            total += int(getattr(conn.core, "stats", {}).get("rx_data_bytes", 0))
-        return total or placed
-
-    def _finish(self, conn: Conn, comp: Completion, bufs: dict, refs: dict,
-                t0: float) -> dict:
-        c = conn.core.conn
-        out = {"conn": c, "msg": comp.msg, "kind": comp.kind, "ok": comp.ok,
-               "bytes": comp.nbytes, "t": round(comp.t - t0, 6), "error": comp.error}
-        missing = tuple(getattr(comp, "missing", ()) or ())
-        if hasattr(comp, "delivered"):
-            out.update(delivered=round(comp.delivered, 6), missing=len(missing),
-                       deadline=bool(getattr(comp, "deadline", False)))
-        if comp.kind == "recv" and comp.ok:
-            c0 = time.process_time()
-            chunk = self.plan.get("config", {}).get("mtu_payload", 8000)
-            # every byte that was placed must be exact
-            out["exact"] = placed_exactly(bufs[(c, comp.msg)], refs.pop((c, comp.msg)),
-                                          missing, chunk)
-            self.verify_cpu_s += time.process_time() - c0
-        print(json.dumps({"host": self.plan["host"], **out}), file=sys.stderr, flush=True)
-        return out
+def _stdin_ended(fd: int) -> bool:
+    """The parent closed stdin (or wrote a ``stop`` record): streams end."""
+    try:
+        data = os.read(fd, 4096)
+    except BlockingIOError:
+        return False
+    return not data or b'"stop"' in data
 
 
 def wait_for_start() -> float:
@@ -307,12 +180,15 @@ def wait_for_start() -> float:
 def main() -> int:
     childproto.die_with_parent()
     plan = childproto.read_config()
-    if registry.get(plan["transport"]).core is None:  # the kernel's TCP
+    if "hosts" in plan:  # an engine serving many hosts
+        result = Driver(plan["hosts"], plan.get("netns"), plan.get("tick_s", TICK_S),
+                        engine=plan.get("engine", 0)).run()
+    elif registry.get(plan["transport"]).core is None:  # the kernel's TCP
         from transports.io.tcp import run_tcp
 
         result = run_tcp(plan, message_bytes, wait_for_start)
     else:
-        result = Driver(plan).run()
+        result = Driver([plan], tick_s=plan.get("tick_s", TICK_S)).run()
     childproto.emit("result", **result)
     return 0
 

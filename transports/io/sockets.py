@@ -1,45 +1,61 @@
-"""A driver host's UDP sockets and the hot path between them and the transport cores.
+"""A host's UDP sockets and the hot path between them and the transport cores, in batches.
 
-One receive socket on the transport port of all the host's addresses; for MRC one send
-socket per distinct path (the socket carries the path's SRH, shared by every peer behind
-the same transit SIDs); for RC one socket with a fixed source port (ECMP hashes the
-5-tuple once). :meth:`HostSockets.receive` feeds waiting datagrams to their cores by the
-connection id at offset 4, :meth:`HostSockets.send` sends a core's datagrams on their EVs'
-sockets (control packets in the switches' priority class). Used by the driver process
-(transports/io/driver.py) and by the in-process engine (transports/io/endpoint.py).
+One receive socket on the transport port of all the host's addresses, stamped by the
+kernel on arrival (SO_TIMESTAMPNS); for MRC one send socket per distinct path (the socket
+carries the path's SRH, shared by every peer behind the same transit SIDs); for RC one
+socket with a fixed source port (ECMP hashes the 5-tuple once).
+
+:meth:`HostSockets.receive` reads what is waiting in ``recvmmsg`` batches (the compiled
+helper, transports/native/batchio.pyx) and feeds each datagram to its core by the
+connection id at offset 4, with its kernel arrival time; :meth:`HostSockets.send` queues
+a core's datagrams on their EVs and :meth:`HostSockets.flush` sends each EV's queue in
+one ``sendmmsg`` (control packets in the switches' priority class). Used by the event
+loop (transports/io/loop.py) of the driver process and of a worker's engine thread.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import struct
-import time
 import traceback
 from dataclasses import dataclass, field
 
 from emu.srv6 import IPV6_RTHDR, srh_bytes
 from topologies.qos import CTRL_TCLASS
-from transports.core.api import Core
+from transports.core.api import Core, Tx
 from transports.core.rto import HostDelay
-from transports.core.wire import UDP_PORT, conn_of, queues_as_data
+from transports.core.wire import DATA, FLAG_TAIL, UDP_PORT
+from transports.native.batchio import RxBatch, TxBatch, enable_timestamps, sockaddr
 
 SO_RCVBUFFORCE, SO_SNDBUFFORCE = 33, 32
-RX_BATCH = 64  # datagrams read per wake-up before timers are served
+RX_BATCH = 64  # datagrams one recvmmsg reads
+RX_ROUNDS = 4  # recvmmsg calls per host and wake-up at most (then the other hosts' turn)
+TX_BATCH = 64  # datagrams one sendmmsg sends
+RX_SLOT = 9216  # bytes of a receive slot: a jumbo frame's datagram
 MAX_INTERNAL_ERRORS = 5  # tracebacks kept of a core raising on a datagram
-
-# Traffic class of control packets (topologies/qos.py: DSCP EF).
-_CTRL_CMSG = [(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, struct.pack("i", CTRL_TCLASS))]
+# Where wire.py puts the kind and the flags' low byte: what tells a data datagram (DATA,
+# and MRC's tail probes, which queue behind the data they probe) from a control one
+_KIND_AT, _FLAGS_LOW_AT = 1, 3
 
 
 @dataclass
 class Conn:
-    """One connection of this host: its core, peer address and the socket of each EV."""
+    """One connection of this host: its core, peer address and the socket of each EV;
+    the datagrams queued on each EV until the loop's next flush."""
 
     core: Core
     peer: tuple[str, int]
     ev_socks: list[socket.socket]
     sent_per_ev: list[int] = field(default_factory=list)
+    dest: bytes = b""  # the peer as a struct sockaddr_in6
+    queued: list[list[bytes | bytearray]] = field(default_factory=list)  # per EV
+    dirty: bool = False  # something is queued
+
+    def __post_init__(self) -> None:
+        self.dest = sockaddr(*self.peer)
+        self.queued = [[] for _ in self.ev_socks]
+        if len(self.sent_per_ev) < len(self.ev_socks):
+            self.sent_per_ev = [0] * len(self.ev_socks)
 
 
 class HostSockets:
@@ -52,12 +68,15 @@ class HostSockets:
             self.rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
         self.rx.bind((addr, port))  # "::": the loopback and the per-plane addresses
         self.rx.setblocking(False)
+        enable_timestamps(self.rx)
         self.path_socks: dict[tuple[str, ...], socket.socket] = {}
-        self._buf = bytearray(65536)
-        self._view = memoryview(self._buf)
+        self._rxb = RxBatch(RX_BATCH, RX_SLOT)
+        self._txb = TxBatch(TX_BATCH, CTRL_TCLASS, _KIND_AT, _FLAGS_LOW_AT, DATA, FLAG_TAIL)
+        self._dirty: list[Conn] = []  # connections with datagrams queued
         self.host_delay = HostDelay()
         # a core that raised on a datagram: the first tracebacks (the rest are counted)
         self.internal_errors: list[str] = []
+        self.received = self.sent = self.refused = 0  # datagrams
 
     def conn(self, c: dict, core: Core) -> Conn:
         """The ``Conn`` of plan entry ``c`` (see transports.plan.conn_spec)."""
@@ -78,43 +97,61 @@ class HostSockets:
             self.path_socks[key] = s
         return s
 
-    @staticmethod
-    def send(conn: Conn, txs: list) -> None:
-        """Send a core's datagrams on their EVs' sockets (control ones in the EF class, but
-        MRC's tail probes, which queue as data)."""
+    def send(self, conn: Conn, txs: list[Tx]) -> None:
+        """Queue a core's datagrams on their EVs (sent by the next ``flush``)."""
+        if not txs:
+            return
+        queued = conn.queued
         for ev, data in txs:
-            try:
-                if queues_as_data(data):  # DATA, and tail probes: they queue behind data
-                    conn.ev_socks[ev].sendto(data, conn.peer)
-                    conn.sent_per_ev[ev] += 1
-                else:  # ACK, NACK, probes: the switches' priority class
-                    conn.ev_socks[ev].sendmsg([data], _CTRL_CMSG, 0, conn.peer)
-            except (BlockingIOError, OSError):
-                pass  # a full NIC queue or a dead first hop: the packet is lost, as on a wire
+            queued[ev].append(data)
+        if not conn.dirty:
+            conn.dirty = True
+            self._dirty.append(conn)
 
-    def receive(self, conns: dict[int, Conn]) -> int:
-        """Feed up to ``RX_BATCH`` waiting datagrams to their cores (then the caller's
-        timers get their turn); returns how many named no connection of ``conns``."""
-        rx, buf, view, send = self.rx, self._buf, self._view, self.send
+    def flush(self) -> None:
+        """Send every queued datagram: one ``sendmmsg`` per EV with datagrams queued (a
+        datagram the kernel refuses is lost, as on a full NIC queue or a dead first hop)."""
+        send = self._txb.send
+        for conn in self._dirty:
+            conn.dirty = False
+            for ev, q in enumerate(conn.queued):
+                if not q:
+                    continue
+                n = send(conn.ev_socks[ev].fileno(), conn.dest, q)
+                self.sent += n
+                self.refused += len(q) - n
+                data = 0
+                for d in q:
+                    if d[_KIND_AT] == DATA or d[_FLAGS_LOW_AT] & FLAG_TAIL:
+                        data += 1
+                conn.sent_per_ev[ev] += data
+                q.clear()
+        self._dirty.clear()
+
+    def receive(self, conns: dict[int, Conn], now: float, touched: set[int]) -> int:
+        """Feed the datagrams waiting (at most ``RX_ROUNDS`` batches: then the other hosts'
+        turn) to their cores, each with its kernel arrival time; the connections fed go to
+        ``touched``. Returns how many datagrams named no connection of ``conns``."""
+        recv, fd, send = self._rxb.recv, self.rx.fileno(), self.send
         unknown = 0
-        for _ in range(RX_BATCH):
-            try:
-                n = rx.recv_into(buf)
-            except BlockingIOError:
-                break
-            # Each datagram its own arrival time: a batch read after a pause sharing
-            # one stale clock reading would shorten RTT samples.
-            now = time.monotonic()
-            conn = conns.get(conn_of(view, n))
-            if conn is None:
-                unknown += 1
-                continue
-            try:
-                txs = conn.core.on_packet(view[:n], now)
-            except Exception:  # a bug one datagram reaches must not end the host's transport
-                self._internal_error(conn)
-                continue
-            send(conn, txs)
+        for _ in range(RX_ROUNDS):
+            batch = recv(fd)
+            self.received += len(batch)
+            for cid, view, rx_t in batch:
+                conn = conns.get(cid)
+                if conn is None:
+                    unknown += 1
+                    continue
+                touched.add(cid)
+                try:
+                    txs = conn.core.on_packet(view, now, rx_t)
+                except Exception:  # a bug one datagram reaches must not end the host's transport
+                    self._internal_error(conn)
+                    continue
+                if txs:
+                    send(conn, txs)
+            if len(batch) < RX_BATCH:
+                break  # the socket is drained: no call to learn it is empty
         return unknown
 
     def _internal_error(self, conn: Conn) -> None:

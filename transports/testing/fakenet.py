@@ -30,9 +30,11 @@ FLAG_CE, and DATA with FLAG_TRIM_OK that does not fit goes on as its header alon
 
 ``run(until, stop)`` advances time: it calls each core's ``on_timer`` at its
 ``next_deadline``, delivers packets with ``on_packet``, sends what cores return
-and gathers completions in ``done[name]``. Every datagram is logged (``log``:
-``Rec`` rows with its time, direction, EV, kind, flags, PSN, size and fate), so
-tests can check what crossed which EV when.
+and gathers completions in ``done[name]``. With ``tick_s``, cores are woken as the
+engine wakes them (transports/testing/tickdrive.py: at least a tick apart, a wake-up
+carrying every datagram that arrived since, then its ACK, then the timers due).
+Every datagram is logged (``log``: ``Rec`` rows with its time, direction, EV, kind,
+flags, PSN, size and fate), so tests can check what crossed which EV when.
 
     net = FakeNet(seed=1)
     net.connect("a", core_a, "b", core_b, [PathSpec(delay=10e-6)] * 8)
@@ -46,70 +48,17 @@ import heapq
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypedDict, Unpack
+from typing import Unpack
 
 from transports.core.api import Completion, Core, Tx
 from transports.core.wire import DATA, FLAG_CE, FLAG_TRIMMED, HEADER_LEN, peek
+from transports.testing.fakepath import PathChanges, PathSpec, Rec
 from transports.testing.fakeport import Port, marked, trimmable, trimmed
+from transports.testing.tickdrive import TickDrive
+
+__all__ = ["FakeNet", "PathChanges", "PathSpec", "Rec", "exchange"]
 
 INF = float("inf")
-
-
-@dataclass(frozen=True)
-class PathSpec:
-    """One direction of one EV."""
-
-    delay: float = 10e-6
-    jitter: float = 0.0
-    loss: float = 0.0
-    dup: float = 0.0
-    reorder: float = 0.0  # probability of an extra delay
-    reorder_delay: float = 0.0  # the extra delay, uniform in [0, reorder_delay]
-    rate: float | None = None  # bytes/s; None: no queue
-    buffer: int = 1 << 20  # bytes the FIFO holds (with rate)
-    hops: int = 1  # store-and-forward hops at rate (the FIFO is the first one's)
-    mark: int | None = None  # ECN: DATA entering the FIFO above this backlog (bytes): CE
-    trim: bool = False  # DATA with FLAG_TRIM_OK that does not fit is trimmed, sent ahead
-
-    def __post_init__(self) -> None:
-        for name in ("loss", "dup", "reorder"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"PathSpec.{name} must be in [0, 1]")
-        if self.delay < 0 or self.jitter < 0 or self.reorder_delay < 0:
-            raise ValueError("PathSpec delays must be >= 0")
-        if self.hops < 1:
-            raise ValueError(f"PathSpec.hops={self.hops!r} must be >= 1")
-
-
-class PathChanges(TypedDict, total=False):
-    """The ``PathSpec`` fields ``FakeNet.set_path`` may change."""
-
-    delay: float
-    jitter: float
-    loss: float
-    dup: float
-    reorder: float
-    reorder_delay: float
-    rate: float | None
-    buffer: int
-    mark: int | None
-    trim: bool
-
-
-@dataclass
-class Rec:
-    """One datagram on the fake wire."""
-
-    t: float
-    src: str
-    dst: str
-    ev: int
-    kind: int  # -1: not a parsable header
-    flags: int
-    psn: int
-    size: int
-    fate: str = "in_flight"  # delivered, lost, dead, queue_drop, port_drop, bad_ev
-    t_arrive: float | None = None
 
 
 # What the event heap holds besides the time: a callback (``at``) or a datagram on its way
@@ -138,8 +87,11 @@ class _Dir:
 class FakeNet:
     """Seeded discrete-event network between pairs of cores."""
 
-    def __init__(self, seed: int = 0, max_events_per_instant: int = 100_000) -> None:
+    def __init__(self, seed: int = 0, max_events_per_instant: int = 100_000,
+                 tick_s: float | None = None) -> None:
         self.rng = random.Random(seed)
+        # cores woken in ticks, as the engine wakes them (None: at every event)
+        self.tick = None if tick_s is None else TickDrive(self, tick_s)
         self.now = 0.0
         self.cores: dict[str, Core] = {}
         self.peer: dict[str, str] = {}
@@ -394,6 +346,10 @@ class FakeNet:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, item))
 
+    def collect(self, name: str) -> None:
+        """Gather core ``name``'s completions into ``done[name]``."""
+        self._collect(name)
+
     def _collect(self, name: str) -> None:
         c = self.cores[name].completions()
         if c:
@@ -403,6 +359,7 @@ class FakeNet:
         """Advance virtual time up to ``until`` (or until ``stop()``); return the time reached."""
         heap = self._heap
         cores = self.cores
+        tick = self.tick
         same, last_t = 0, -1.0
         while True:
             if stop is not None and stop():
@@ -410,6 +367,8 @@ class FakeNet:
             t_timer, who = INF, None
             for name, core in cores.items():
                 deadline = core.next_deadline()
+                if deadline is not None and tick is not None:
+                    deadline = tick.timer_at(name, deadline)
                 if deadline is not None and deadline < t_timer:
                     t_timer, who = deadline, name
             t_ev = heap[0][0] if heap else INF
@@ -429,6 +388,9 @@ class FakeNet:
             if t_timer <= t_ev:
                 # a core's timer is due (both are INF only if until is INF: nothing is left)
                 assert who is not None
+                if tick is not None:
+                    tick.wake(who, t)
+                    continue
                 self.send(who, cores[who].on_timer(t))
                 self._collect(who)
                 continue
@@ -467,6 +429,9 @@ class FakeNet:
             rec.fate, rec.t_arrive = "delivered", t
             if rec.size >= HEADER_LEN:
                 self.delivered[(rec.src, rec.dst)][rec.ev] += rec.size - HEADER_LEN
+            if tick is not None:
+                tick.arrive(rec.dst, data, t)
+                continue
             self.send(rec.dst, cores[rec.dst].on_packet(data, t))
             self._collect(rec.dst)
         return self.now

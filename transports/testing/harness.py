@@ -1,9 +1,12 @@
-"""Run message transfers over a fabric with one driver process per host.
+"""Run message transfers over a fabric: engine processes serving the hosts (one per core).
 
     res = run_transfers(fab, "mrc", [Transfer("h0", "h15", 4 << 20)])
 
-Each involved host gets a ``transports.io.driver`` process inside its namespace
-(its Python work then spreads over the machine's cores). MRC: one connection
+The hosts of a userspace transport are served by one ``transports.io.driver`` engine
+process per core of the machine (``engines``), each making its hosts' sockets inside their
+namespaces and serving them all from one event loop (transports/io/loop.py), so the
+Python work spreads over the cores and a wake-up carries many hosts' packets. The
+kernel's TCP gets one driver process per host inside its namespace. MRC: one connection
 per host pair (both directions share it) with every SRv6 path of the pair as
 its EVs. RC: as RoCE on a multi-plane NIC, one connection (QP) per plane,
 between the two hosts' plane-p addresses, each with one fixed 5-tuple (ECMP
@@ -16,6 +19,7 @@ All drivers start sending at one common CLOCK_MONOTONIC instant.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +28,7 @@ from typing import Any
 from emu.errors import EmuError
 from emu.fabric import Fabric
 from emu.launch import Child, ChildGroup
+from emu.netns import NETNS_RUN_DIR
 from transports import registry
 from transports.plan import RC_SPORT_BASE, conn_spec
 
@@ -53,6 +58,7 @@ class TransferResult:
     drivers: dict[str, dict]
     transfers: list[Transfer]
     messages: list[dict] = field(default_factory=list)  # receiver side, one per transfer
+    engines: dict[int, dict] = field(default_factory=dict)  # engine id -> its CPU, wake-ups
 
     @property
     def ok(self) -> bool:
@@ -151,28 +157,78 @@ def driver_results(children: Iterable[tuple[str, Child]], timeout: float) -> dic
     return outs
 
 
+def engine_plans(fab: Fabric, plans: dict[str, dict], engines: int,
+                 tick_s: float | None = None) -> list[dict]:
+    """The hosts' plans dealt over ``engines`` engine processes (round robin: hosts of
+    equal load, equal shares), each with the namespace file of each of its hosts."""
+    if engines < 1:
+        raise EmuError(f"engines={engines!r}: at least one engine process is needed")
+    hosts = list(plans)
+    out = []
+    for i in range(min(engines, len(hosts))):
+        mine = hosts[i::engines]
+        plan: dict[str, Any] = {"engine": i, "hosts": [plans[h] for h in mine],
+                                "netns": {h: str(NETNS_RUN_DIR / fab.netns(h)) for h in mine}}
+        if tick_s is not None:
+            plan["tick_s"] = tick_s
+        out.append(plan)
+    return out
+
+
+def engine_results(children: Iterable[tuple[str, Child]], timeout: float
+                   ) -> tuple[dict[str, dict], dict[int, dict]]:
+    """Each host's result (with its engine's id under ``engine``) and each engine's own
+    record (CPU, wake-ups, hosts), once their stdin is closed."""
+    outs: dict[str, dict] = {}
+    engines: dict[int, dict] = {}
+    for name, rec in driver_results(children, timeout).items():
+        eng = rec.get("engine")
+        if not isinstance(eng, dict) or "hosts" not in rec:
+            raise EmuError(f"{name}: its result is not an engine's ({sorted(rec)})")
+        engines[eng["id"]] = eng
+        for host, r in rec["hosts"].items():
+            outs[host] = {**r, "engine": eng["id"]}
+    return outs, engines
+
+
 def run_transfers(fab: Fabric, transport: str, transfers: list[Transfer],
                   config: dict | None = None, deadline_s: float = 60.0, seed: int = 0,
-                  on_start=None, qps: int = 1, sport_base: int = RC_SPORT_BASE
+                  on_start=None, qps: int = 1, sport_base: int = RC_SPORT_BASE,
+                  engines: int | None = None, tick_s: float | None = None
                   ) -> TransferResult:
     """Run ``transfers`` with ``transport``; ``on_start(t0)`` is called at the common start;
     ``qps``: RC's queue pairs per plane and connection (module docstring); ``sport_base``:
-    RC's first source port (transports/plan.py's ``conn_spec``)."""
+    RC's first source port (transports/plan.py's ``conn_spec``). A userspace transport's
+    hosts are served by ``engines`` processes (default: one per core of the machine),
+    waking at most every ``tick_s`` (default: the driver's, transports/io/tick.py)."""
     plans, parts = plan_transfers(fab.spec, transport, transfers, config, deadline_s, seed,
                                   qps, sport_base)
+    kernel = registry.get(transport).core is None
     with ChildGroup() as group:
-        for host, plan in plans.items():
-            group.spawn(f"driver on {host}",
-                        fab.in_netns(host, sys.executable, "-m", "transports.io.driver"),
-                        config=plan)
+        if kernel:  # the kernel's TCP: a process in each host's namespace
+            for host, plan in plans.items():
+                group.spawn(f"driver on {host}",
+                            fab.in_netns(host, sys.executable, "-m", "transports.io.driver"),
+                            config=plan)
+        else:
+            eplans = engine_plans(fab, plans, engines or os.cpu_count() or 1, tick_s)
+            for ep in eplans:
+                group.spawn(f"engine {ep['engine']} ({', '.join(ep['netns'])})",
+                            [sys.executable, "-m", "transports.io.driver"], config=ep)
         group.wait_ready(READY_TIMEOUT_S)  # every driver's sockets are bound
         t0 = group.start()
         if on_start is not None:
             on_start(t0)
         for child in group:
             child.close_stdin()
-        outs = driver_results(zip(plans, group, strict=True), deadline_s + 30)
-    res = TransferResult(transport, outs, list(transfers))
+        if kernel:
+            outs = driver_results(zip(plans, group, strict=True), deadline_s + 30)
+            engine_recs: dict[int, dict] = {}
+        else:
+            outs, engine_recs = engine_results(
+                zip([f"engine {ep['engine']}" for ep in eplans], group, strict=True),
+                deadline_s + 30)
+    res = TransferResult(transport, outs, list(transfers), engines=engine_recs)
     for i, t in enumerate(transfers):
         got: list[dict[str, Any]] = [
             next((m for m in outs[t.dst]["messages"] if m["kind"] == "recv" and m["msg"] == mid),

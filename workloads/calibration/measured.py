@@ -77,7 +77,7 @@ class Measured:
                 dblp_tolerance=self.plan.dblp_tolerance if t == "dblp" else None,
                 steps=self.steps if t == "dblp" else (),
                 steps_reason=self.steps_reason if t == "dblp" else None, notes=tuple(a.notes),
-                switches=dict(a.switches) or None)
+                switches=tuple(sorted(a.switches.items())) or None)
         s = self.spec
         fabric = {"planes": s.planes, "spines": s.spines, "leaves": s.leaves,
                   "hosts_per_leaf": s.hosts_per_leaf, "rate_mbit": s.host_link.rate_mbit,

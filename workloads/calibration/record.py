@@ -369,7 +369,7 @@ def transport_record(name: str, m: TransportMeasurements, *, seed: int = 0,
            "tail_inflation": tails, "recovery": {"link_cut": recovery}, "dblp": dblp,
            "excluded": excluded + list(m.notes)}
     if m.switches is not None:
-        out["switches"] = switches_record(m.switches)
+        out["switches"] = switches_record(dict(m.switches))
     return out
 
 

@@ -188,8 +188,10 @@ class TransportMeasurements:
     steps_reason: str | None = None
     notes: tuple[str, ...] = ()
     # its switch ports over all its measurements (packets, marked, trimmed, dropped,
-    # ce_seen, signals, mechanism); None: not recorded (a fabric without the ports' program)
-    switches: Mapping[str, Any] | None = None
+    # ce_seen, signals, mechanism) as sorted (key, value) pairs, so that the measurements
+    # stay hashable (calibration_record's memo); None: not recorded (a fabric without the
+    # ports' program)
+    switches: tuple[tuple[str, Any], ...] | None = None
 
 
 # -- training results: steps to target --------------------------------------------------

@@ -7,7 +7,9 @@ same policy on the same (all-reduced) signals, so both ends of a message agree.
 - ``FixedTolerance(t)``: the MLT-style baseline, the same tolerance every round.
 - ``PhaseAware(PhaseAwareConfig(...))``:
   1. tolerance 0 during the first ``critical_epochs`` epochs (critical learning
-     period, Achille et al.: deficits there are permanent);
+     period, Achille et al.: deficits there are permanent); an epoch is the training
+     data's, or ``epoch_steps`` rounds when set (a language model's "epoch" over every
+     window of its text is thousands of steps: a run would be one long first epoch);
   2. Accordion's critical-regime detector: every ``window`` rounds the gradient
      norm is compared with the one ``window`` rounds before; if
      ``|prev - new| / prev >= eta`` the tolerance is 0 for ``window`` rounds (this
@@ -83,6 +85,7 @@ class PhaseAwareConfig:
     lr_scaling: bool = True
     accuracy_gain: float | None = None  # e.g. 0.07 (7 points): BEGIN phase detection
     begin_accuracy: float = 0.5
+    epoch_steps: int | None = None  # rounds per epoch of the critical period (None: the data's)
 
     def __post_init__(self) -> None:
         _check_tol("PhaseAwareConfig.base", self.base)
@@ -91,6 +94,9 @@ class PhaseAwareConfig:
             raise ValueError(f"PhaseAwareConfig.base={self.base} above cap={self.cap}")
         if self.critical_epochs < 0 or self.window < 1 or not self.eta > 0:
             raise ValueError("critical_epochs >= 0, window >= 1 and eta > 0 are required")
+        if self.epoch_steps is not None and self.epoch_steps < 1:
+            raise ValueError(f"PhaseAwareConfig.epoch_steps={self.epoch_steps!r} must be "
+                             ">= 1 (or None: the data's epochs)")
 
 
 class PhaseAware:
@@ -125,7 +131,8 @@ class PhaseAware:
             gain = s.accuracy - self.last_acc if self.last_acc is not None else 1.0
             self.begin = s.accuracy <= cfg.begin_accuracy or gain >= cfg.accuracy_gain
             self.last_acc = s.accuracy
-        if s.epoch < cfg.critical_epochs:
+        epoch = s.epoch if cfg.epoch_steps is None else s.step // cfg.epoch_steps
+        if epoch < cfg.critical_epochs:
             rec = _record(s, 0.0, "critical_period")
         elif r < self.critical_until:
             rec = _record(s, 0.0, "critical_regime")

@@ -43,15 +43,17 @@ is generated from the same). An example::
 A bounded-loss transport's table also holds its tolerance policy::
 
     [transport.dblp]               # only with name = "dblp" (optional there): DBLP's
-                                   # settings (as [transport.mrc]'s, and linger_s) and its
-                                   # tolerance policy:
+                                   # settings (as [transport.mrc]'s, close = "needed" |
+                                   # "first_pass" and linger_s) and its tolerance policy:
     policy = "phase_aware"         # "phase_aware" | "fixed" | "optireduce"
     fill = "error_feedback"        # workloads.collectives.fill.FILLS
     tolerance = 0.05               # fixed only: 0.05; in [0, 1)
     base = 0.05                    # phase_aware only: every PhaseAwareConfig field
-    cap = 0.2                      #   (base, cap, critical_epochs, window, eta, lr_scaling),
-    critical_epochs = 2            #   its defaults and checks; accuracy_gain and
-                                   #   begin_accuracy are refused (no accuracy signal)
+    cap = 0.2                      #   (base, cap, critical_epochs, window, eta, lr_scaling,
+    critical_epochs = 2            #   epoch_steps), its defaults and checks;
+    epoch_steps = 20               #   accuracy_gain and begin_accuracy are refused (no
+                                   #   accuracy signal); epoch_steps: rounds per epoch
+                                   #   of the critical period (default: the data's epoch)
     window = 10
     eta = 0.5
     deadline_ms = 50.0             # optional, > 0: every round's deadline (optireduce: the

@@ -322,6 +322,7 @@ def _phase(t: Table) -> PhaseAwareConfig:
         "window": t.get_int("window", d.window, 1),
         "eta": t.get_number("eta", d.eta, 0.0, lo_open=True),
         "lr_scaling": t.get_bool("lr_scaling", d.lr_scaling),
+        "epoch_steps": t.get_int("epoch_steps", None, 1),
     }
     # The training loop does not feed accuracy to the policy (only rank 0 evaluates,
     # and every rank must pick the same bound): the accuracy-driven phase is off.

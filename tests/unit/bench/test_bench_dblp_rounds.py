@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from commands.bench.dblp import DST, ROUND_BYTES, SRC, p99, round_transfers
+from commands.bench.dblp_rounds import DST, ROUND_BYTES, SRC, p99, round_transfers
 from transports.testing.harness import Transfer
 
 

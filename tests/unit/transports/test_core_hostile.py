@@ -118,7 +118,7 @@ class _Raising:
         self.stats = {}
         self.seen = 0
 
-    def on_packet(self, data, now):
+    def on_packet(self, data, now, rx_t=None):
         self.seen += 1
         if bytes(data[HEADER_LEN:HEADER_LEN + 1]) == b"\xee":
             raise RuntimeError("a bug one datagram reaches")
@@ -146,7 +146,7 @@ def test_a_core_raising_on_a_datagram_is_counted_and_the_loop_goes_on():
             tx.sendto(_datagram(first), dst)
         deadline = time.monotonic() + 5.0
         while core.seen < 4 and time.monotonic() < deadline:
-            hs.receive(conns)
+            hs.receive(conns, time.monotonic(), set())
         assert core.seen == 4  # the datagrams after each exception were still read
         assert core.stats["internal_error"] == 2
         assert len(hs.internal_errors) == 2

@@ -168,8 +168,11 @@ def test_late_data_is_dropped_and_stop_resent():
                      wire.crc32(payload))
     pkt[wire.HEADER_LEN:] = payload
     stops = b.stats["tx_stop"]
+    net.deliver_raw("b", bytes(pkt))  # late data at once: the STOP just left, none resent
+    assert b.stats["late_data"] == 1 and b.stats["tx_stop"] == stops
+    net.now += b.timeouts.srtt.srtt or FAST.rto_init  # an RTT on (b sent no data: rto_init)
     net.deliver_raw("b", bytes(pkt))  # a late retransmission of a missing chunk
-    assert b.stats["late_data"] == 1 and b.stats["tx_stop"] == stops + 1
+    assert b.stats["late_data"] == 2 and b.stats["tx_stop"] == stops + 1
     assert buf[i * MTU:(i + 1) * MTU] == bytes(MTU)  # still the old bytes, not placed
     net.run(5.0, stop=lambda: net.done["a"] and not b.brecv.closed)
     (cs,) = net.done["a"]

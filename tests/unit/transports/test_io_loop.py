@@ -11,7 +11,7 @@ import pytest
 from transports.core.mrc import MrcConfig, MrcCore
 from transports.core.rc import RcCore
 from transports.io.loop import EventLoop
-from transports.io.sockets import Conn, HostSockets
+from transports.io.sockets import MAX_INTERNAL_ERRORS, Conn, HostSockets
 
 CFG = MrcConfig(mtu_payload=1000)
 
@@ -100,3 +100,86 @@ def test_idle_s_must_be_positive():
             EventLoop(h, {}, lambda conn, comp: None, idle_s=0)
     finally:
         h.close()
+
+
+def test_hosts_in_one_loop_are_served_fairly_and_apart():
+    """Three hosts on one loop: a flood of datagrams at one is read a bounded number of
+    batches per wake-up, a transfer between the other two completes in the same turns, and
+    each host's counters are its own."""
+    from transports.io.sockets import RX_BATCH, RX_ROUNDS
+
+    flooded, ha, hb = _host(), _host(), _host()
+    ca, cb = _conn(MrcCore(1, 1, CFG), hb), _conn(MrcCore(1, 1, CFG), ha)
+    done: list = []
+    loop = EventLoop(idle_s=0.002, tick_s=0.0)
+    loop.add(flooded, {}, lambda conn, comp: None)
+    loop.add(ha, {1: ca}, lambda conn, comp: done.append(("a", comp)))
+    loop.add(hb, {1: cb}, lambda conn, comp: done.append(("b", comp)))
+    junk = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        n = 3 * RX_ROUNDS * RX_BATCH
+        for _ in range(n):
+            junk.sendto(b"\x01\x01\x00\x00\x00\x00\x00\x63" + bytes(40),
+                        flooded.rx.getsockname()[:2])
+        data = random.Random(2).randbytes(40_000)
+        buf = bytearray(len(data))
+        now = time.monotonic()
+        hb.send(cb, cb.core.post_recv(7, buf, now))
+        ha.send(ca, ca.core.post_send(7, data, now))
+        loop.turn()
+        assert loop.hosts[0].unknown == RX_ROUNDS * RX_BATCH  # bounded, then the next host
+        end = time.monotonic() + 10.0
+        while len(done) < 2 and time.monotonic() < end:
+            loop.turn()
+        assert buf == data and len(done) == 2
+        assert loop.hosts[0].unknown == n == flooded.received  # all of it, in later turns
+        assert loop.hosts[1].unknown == loop.hosts[2].unknown == 0  # none reached the others
+        assert ca.core.stats["rx_ack"] > 0 and "rx_ack" not in cb.core.stats
+    finally:
+        junk.close()
+        for h in (flooded, ha, hb):
+            h.close()
+
+
+class _Broken(MrcCore):
+    """A core with a bug that every datagram reaches."""
+
+    def on_packet(self, data, now, rx_t=None):
+        raise RuntimeError("a bug one host's datagrams reach")
+
+
+def test_a_hosts_failing_core_stays_its_own():
+    """Three hosts on one loop: the first host's core raises on every datagram. Its
+    errors are counted and kept on its own sockets; the transfer between the other two
+    completes exactly in the same turns, with no error of theirs."""
+    hx, ha, hb = _host(), _host(), _host()
+    broken = _Broken(1, 1, CFG)
+    cx = _conn(broken, ha)
+    ca, cb = _conn(MrcCore(1, 1, CFG), hb), _conn(MrcCore(1, 1, CFG), ha)
+    done: list = []
+    loop = EventLoop(idle_s=0.002, tick_s=0.0)
+    loop.add(hx, {1: cx}, lambda conn, comp: done.append(("x", comp)))
+    loop.add(ha, {1: ca}, lambda conn, comp: done.append(("a", comp)))
+    loop.add(hb, {1: cb}, lambda conn, comp: done.append(("b", comp)))
+    junk = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        for _ in range(20):  # datagrams of connection 1 at the broken host
+            junk.sendto(b"\x01\x01\x00\x00\x00\x00\x00\x01" + bytes(40), hx.rx.getsockname()[:2])
+        data = random.Random(3).randbytes(60_000)
+        buf = bytearray(len(data))
+        now = time.monotonic()
+        hb.send(cb, cb.core.post_recv(9, buf, now))
+        ha.send(ca, ca.core.post_send(9, data, now))
+        end = time.monotonic() + 10.0
+        while len(done) < 2 and time.monotonic() < end:
+            loop.turn()
+        assert buf == data and sorted(w for w, _ in done) == ["a", "b"]
+        assert broken.stats["internal_error"] == 20
+        assert len(hx.internal_errors) == MAX_INTERNAL_ERRORS  # the first tracebacks kept
+        assert "a bug one host's datagrams reach" in hx.internal_errors[0]
+        assert ha.internal_errors == hb.internal_errors == []
+        assert "internal_error" not in ca.core.stats and "internal_error" not in cb.core.stats
+    finally:
+        junk.close()
+        for h in (hx, ha, hb):
+            h.close()

@@ -156,8 +156,9 @@ def test_a_late_path_blamed_for_a_loss_is_readmitted_by_its_own_ack():
     assert changes[1][0] in acks_on_1  # re-admitted the instant an ACK came back on it
     assert a.stats["tx_retx_spurious"] == b.stats["dup_data"] > 0
     # each spurious one is told by the rule that resent it: here rule B's, on ACKs
-    # (loss_cross_ev) or on its reorder timer (loss_reorder), as many as it declared
+    # (loss_cross_ev) or on its reorder timer (loss_reorder), and the flush of the EV
+    # that rule retired (loss_ev_flush), as many as each declared
     by_rule = {k: v for k, v in a.stats.items() if k.startswith("spurious_")}
     assert sum(by_rule.values()) == a.stats["tx_retx_spurious"]
-    assert by_rule == {f"spurious_{k}": a.stats[k] for k in ("loss_cross_ev", "loss_reorder")
-                       if a.stats[k]}
+    assert by_rule == {f"spurious_{k}": a.stats[k]
+                       for k in ("loss_cross_ev", "loss_reorder", "loss_ev_flush") if a.stats[k]}

@@ -472,3 +472,25 @@ def test_mark_received_in_order():
     out.clear()
     assert rx.on_data(*msg.packet(2, 40), 6 * US, out)  # fills the hole mark_received left
     assert rx.rcv_nxt == 5 and [decode(t)[1].psn for t in out] == [5]
+
+
+def test_a_coalesced_ack_states_how_long_its_oldest_packet_waited():
+    # three packets arrive 1 ms apart and are answered by one ACK 0.5 ms after the last:
+    # its echo is the last one's stamp advanced by its 0.5 ms, its hold field the first
+    # one's 2.5 ms (the sender's RTO must allow that, wire.py)
+    cfg = RcConfig(mtu_payload=100, ack_every=16, ack_wakeup=True)
+    stats: Counter = Counter()
+    rcv = Receiver(1, cfg, Reassembly(1 << 20, stats, []), stats, in_order=True)
+    out: list = []
+    for i in range(3):
+        rcv.arrival = 1.0 + i * 1e-3
+        buf = bytearray(HEADER_LEN + 100)
+        wire.pack_header(buf, DATA, 0, 1, i, 1, i * 100, 300, 0, 100, 10**9 + i * 10**6, 0,
+                         wire.crc32(bytes(100)))
+        assert rcv.on_data(wire.parse(buf), buf, rcv.arrival, out)
+    assert out == []  # coalesced: nothing at once
+    ack = wire.parse(rcv.flush(1.0025)[1])
+    assert ack.kind == ACK and ack.psn == 3
+    assert ack.ts_echo == pytest.approx(10**9 + 2 * 10**6 + 500_000, abs=2)  # ns, floats
+    assert ack.msg_len == pytest.approx(2_500_000, abs=2)
+    assert rcv.flush(1.003) is None

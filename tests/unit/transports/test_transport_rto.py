@@ -8,7 +8,14 @@ import pytest
 from transports.core.cc import Nscc, NsccConfig
 from transports.core.mrc import MrcConfig, MrcCore
 from transports.core.rc import RcConfig, RcCore
-from transports.core.rto import HOST_DELAY_MAX_S, HostDelay, MinRtt, RttEstimator, rto_floor
+from transports.core.rto import (
+    HOST_DELAY_MAX_S,
+    HostDelay,
+    MinRtt,
+    PeerHold,
+    RttEstimator,
+    rto_floor,
+)
 from transports.core.spurious import RetxLedger
 from transports.testing.fakenet import FakeNet, PathSpec, exchange
 
@@ -191,3 +198,17 @@ def test_mrc_with_host_delay_does_not_time_out_on_a_late_receiver():
     assert silent >= 5 and probes >= 5  # about one silent RTO per stall (probes only ...
     assert retx == 0  # ... MRC resends nothing on a silent RTO)
     assert run(8 * MS) == (0, 0, 0)
+
+
+def test_peer_hold_rises_at_once_and_decays_with_time():
+    hold = PeerHold(decay_s=1.0)
+    hold.sample(2e-3, 0.0)
+    assert hold.value == 2e-3
+    hold.sample(0.5e-3, 1.0)  # a smaller hold a time constant later: the peak, decayed
+    assert hold.value == pytest.approx(2e-3 / math.e)
+    hold.sample(5e-3, 1.5)
+    assert hold.value == 5e-3
+    hold.sample(10.0, 2.0)  # a stopped peer is not a hold to plan for
+    assert hold.value == HOST_DELAY_MAX_S
+    with pytest.raises(ValueError, match="decay_s=0"):
+        PeerHold(decay_s=0)

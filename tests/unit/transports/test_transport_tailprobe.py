@@ -106,3 +106,19 @@ def test_unanswered_probes_still_fail_a_gone_peer():
     assert 0.2 <= t < 2.0 and st["rto_silent"] > CFG.max_retries and st["tail_answered"] == 0
     assert st["tx_tail_probe"] > 0 and st["tx_retx"] == 0
     assert a.next_deadline() is None
+
+
+
+def test_a_tail_probe_is_answered_by_its_own_stamp_when_the_engine_wakes_late():
+    # An engine handles a datagram after it arrived (rx_t < now): a data ACK's echo is
+    # advanced by that hold, but a tail probe's answer must echo the probe's stamp exactly,
+    # or the sender never finds its probe and keeps timing out.
+    b = MrcCore(3, 4, CFG, 51)
+    probe = bytearray(wire.HEADER_LEN)
+    ts = 123_456_789
+    wire.pack_header(probe, wire.PROBE, wire.FLAG_ACK_REQ | wire.FLAG_TAIL, 3, 0, 0, 0, 0, 2,
+                     0, ts)
+    out = b.on_packet(bytes(probe), 1.0, 1.0 - 0.7 * MS)
+    (ev, ack), = out
+    h = wire.parse(ack)
+    assert h.kind == wire.ACK and ev == 2 and h.ts_echo == ts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import replace
@@ -340,3 +341,20 @@ def test_load_entries_are_per_flows_and_qps_and_tails_carry_the_healthy_p50():
     rec["transports"]["rc"]["load_balance"][0]["unknown"] = 1
     with pytest.raises(CalibrationError, match="unknown"):
         schema.validate(rec)
+
+
+def test_switches_are_recorded_and_measurements_with_them_are_memoised():
+    # the session keeps a memo across writes: measurements carrying the ports' counters
+    # must stay hashable
+    sw = (("ce_seen", 3), ("dropped", 0), ("marked", 5), ("mechanism", "tc-bpf"),
+          ("packets", 40), ("signals", "ecn+trim"), ("trimmed", 2))
+    m = dataclasses.replace(_measurements(REGIME, name="mrc"), switches=sw)
+    memo: dict = {}
+    kw = dict(fabric={"planes": 2, "spines": 4, "leaves": 2, "hosts_per_leaf": 4,
+                      "rate_mbit": 10.0, "fabric_rate_mbit": 10.0, "queue_packets": 16,
+                      "mtu": 9000, "nominal_gbit": 100.0, "dci": None},
+              transports={"mrc": m}, command="emu calibrate", versions={"python": "3.11"},
+              host={"cpus": 2}, generated=1.0, memo=memo)
+    first = cal.calibration_record(**kw)
+    assert first["transports"]["mrc"]["switches"]["trimmed"] == 2
+    assert cal.calibration_record(**kw) == first and len(memo) == 1

@@ -5,6 +5,7 @@ reach every worker's typed record (no root)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 
 import pytest
@@ -47,7 +48,8 @@ def test_the_transports_table_sets_any_of_its_parameters_nested_ones_too():
     exp = ex.parse(doc({"name": "mrc", "mrc": {"rto_max": 1, "selector": "bitmap",
                                                "nscc": {"eta": 0.2}}}))
     s = exp.transport.settings
-    assert s == MrcConfig(rto_max=1.0, selector="bitmap", nscc=NsccConfig(eta=0.2))
+    assert s == dataclasses.replace(registry.get("mrc").defaults, rto_max=1.0,
+                                    selector="bitmap", nscc=NsccConfig(eta=0.2))
     assert isinstance(s.rto_max, float)  # a TOML integer is a number here
     cfgs = worker_configs(exp, seed=1, compute_ms=None)
     assert all(c.transport_config == s for c in cfgs)
@@ -61,7 +63,8 @@ def test_dblps_table_holds_its_tolerance_policy_and_its_settings():
                                                  "rto_max": 0.5, "linger_s": 0.001}}))
     t = exp.transport
     assert t.dblp is not None and t.dblp.tolerance == 0.5
-    assert t.settings == DblpCoreConfig(rto_max=0.5, linger_s=0.001)
+    assert t.settings == dataclasses.replace(registry.get("dblp").defaults, rto_max=0.5,
+                                             linger_s=0.001)
     # the blocks' chunks are its packets: smaller ones let a smaller tolerance drop one
     small = {"name": "dblp", "dblp": {"policy": "fixed", "tolerance": 0.2}}
     with pytest.raises(EmuError, match="chunks of at most 1985 B"):
@@ -73,7 +76,8 @@ def test_dblps_table_holds_its_tolerance_policy_and_its_settings():
 def test_an_override_sets_a_transport_parameter():
     exp = ex.parse(doc({"name": "rc"}))
     rc = ex.with_overrides(exp, {"transport.rc.window_pkts": 16, "transport.rc.aimd": False})
-    assert rc.transport.settings == RcConfig(window_pkts=16, aimd=False, rto_max=2.0)
+    assert rc.transport.settings == dataclasses.replace(registry.get("rc").defaults,
+                                                        window_pkts=16, aimd=False)
 
 
 @pytest.mark.parametrize("transport, needles", [

@@ -1,5 +1,5 @@
 """DBLP: a bounded-loss mode of the MRC connection (transports/core/dblp/connection.py)."""
 
-from transports.core.dblp.connection import MAX_CHUNKS, DblpCore, LossBound
+from transports.core.dblp.connection import CLOSES, MAX_CHUNKS, DblpCore, LossBound
 
-__all__ = ["MAX_CHUNKS", "DblpCore", "LossBound"]
+__all__ = ["CLOSES", "MAX_CHUNKS", "DblpCore", "LossBound"]

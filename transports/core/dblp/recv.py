@@ -1,21 +1,26 @@
 """DBLP's receiving side: when a bounded round may close, and the STOP that ends it.
 
 ``BoundedReceiver`` is the receiver part of the DBLP policy (connection.py).
-A bounded message (posted with a non-reliable ``LossBound``) completes (ok=True) as
-soon as ``needed`` of its chunks are placed and the sender's first pass is over (its
-FLAG_LAST chunk placed), or ``linger`` after it had them (until the first pass should
-be over at the arrival rate seen so far, at most an RTO; ``linger_s`` fixes it), or
-when its deadline fires (measured from ``post_recv``), whichever comes first. The
-Completion says ``delivered``, ``missing`` and ``deadline``.
+A bounded message (posted with a non-reliable ``LossBound``) completes (ok=True) when
+``needed`` of its chunks are placed, or when its deadline fires (measured from
+``post_recv``), whichever comes first. With ``close = "needed"`` (the default: the DBLP
+prototype's rule) it closes at the needed-th chunk, before the sender's first pass is
+over if the tolerance allows; with ``close = "first_pass"`` the needed chunks must be
+joined by the end of that pass (its FLAG_LAST chunk placed), or ``linger`` after it
+had them (until the first pass should be over at the arrival rate seen so far, at
+most an RTO; ``linger_s`` fixes it). The Completion says ``delivered``, ``missing``
+and ``deadline``.
 
-Then the sender is told to stop: an ACK with FLAG_STOP naming the message, carrying
-the bitmap of the chunks placed. It is resent when DATA of that message still arrives
-and on a timer (``rto_init`` doubling to ``rto_max``) until FLAG_STOP_OK comes back.
-STOP_OK names the PSN range the sender will never send again: only then are those
-PSNs counted as received (``Receiver.mark_received``), so the cumulative ACK moves
-past the abandoned packets. A STOP never answered after ``max_retries + 1`` sends and
-``give_up_s`` fails the connection (the cumulative ACK could never pass the abandoned
-PSNs: the connection would otherwise wedge without a word).
+Then the sender is told to stop: an ACK with FLAG_STOP naming the message, carrying the
+bitmap of the chunks placed. It is resent when DATA of that message still arrives (at
+most once per smoothed RTT: data the sender had out before the STOP reached it keeps
+arriving for an RTT, and says nothing of the STOP's fate) and on a timer (``rto_init``
+doubling to ``rto_max``) until FLAG_STOP_OK comes back. STOP_OK names the PSN range the
+sender will never send again: only then are those PSNs counted as received
+(``Receiver.mark_received``), so the cumulative ACK moves past the abandoned packets. A
+STOP never answered after ``max_retries + 1`` sends and ``give_up_s`` fails the
+connection (the cumulative ACK could never pass the abandoned PSNs: the connection would
+otherwise wedge without a word).
 
 Checks before placement: every chunk carries a CRC32 (``crc_bad`` otherwise) and is
 exactly one chunk (``bad_chunk``); DATA of a closed message is ``late_data``.
@@ -56,7 +61,7 @@ class _Closed:
     """A message the receiver completed early: its STOP until STOP_OK arrives."""
 
     __slots__ = ("msg", "msg_len", "bitmap", "deadline", "tries", "resend_at", "backoff",
-                 "first_at")
+                 "first_at", "sent_at")
 
     def __init__(self, msg: int, msg_len: int, bitmap: bytes, deadline: bool,
                  now: float) -> None:
@@ -65,6 +70,7 @@ class _Closed:
         self.resend_at = INF
         self.backoff = 0.0
         self.first_at = now
+        self.sent_at = -INF  # the last time the STOP was sent
 
 
 class BoundedReceiver:
@@ -74,10 +80,11 @@ class BoundedReceiver:
 
     def __init__(self, conn: int, evs: int, cfg: MrcConfig, stats: Counter[str],
                  done: CompletionSink, rcv: Receiver, reasm: Reassembly, timeouts: Timeouts,
-                 linger_s: float | None) -> None:
+                 linger_s: float | None, close: str = "needed") -> None:
         self.conn, self.evs, self.cfg, self.stats, self.done = conn, evs, cfg, stats, done
         self.rcv, self.reasm, self.timeouts = rcv, reasm, timeouts
         self.linger_s = linger_s
+        self.at_needed = close == "needed"  # close at the needed-th chunk (config.CLOSES)
         self.rx: dict[int, _Rx] = {}
         self.rx_chunks: dict[int, set[int]] = {}
         self.rx_last: set[int] = set()  # messages whose FLAG_LAST chunk was placed
@@ -132,7 +139,8 @@ class BoundedReceiver:
         cl = self.closed.get(msg)
         if cl is not None:
             self.stats["late_data"] += 1
-            self._send_stop(cl, now, out, timer=False, ev=h.ev)
+            if now - cl.sent_at >= (self.timeouts.srtt.srtt or self.cfg.rto_init):
+                self._send_stop(cl, now, out, timer=False, ev=h.ev)
             return
         if not self.rcv.on_data(h, data, now, out):
             return
@@ -154,12 +162,12 @@ class BoundedReceiver:
             self._check(msg, now, out)
 
     def _check(self, msg: int, now: float, out: list[Tx]) -> None:
-        """Close ``msg`` if it has its needed chunks and the sender's first pass is over
-        (its last chunk placed), or ``linger`` after it had them."""
+        """Close ``msg`` if it has its needed chunks: at once (close = "needed"), or once
+        the sender's first pass is over (its last chunk placed) or ``linger`` after."""
         r = self.rx[msg]
         if len(self.rx_chunks.get(msg, ())) < r.needed:
             return
-        if msg in self.rx_last or now >= r.linger_at:
+        if self.at_needed or msg in self.rx_last or now >= r.linger_at:
             self._close(msg, now, False, out)
         elif r.linger_at == INF:
             if self.linger_s is not None:
@@ -199,6 +207,7 @@ class BoundedReceiver:
             cl.backoff = min(self.cfg.rto_max, 2 * cl.backoff)
         cl.tries += 1
         cl.resend_at = now + cl.backoff
+        cl.sent_at = now
         if ev is None:  # another path on each retry
             ev = (self.rcv.last_ev + cl.tries - 1) % self.evs
         payload = cl.bitmap

@@ -19,15 +19,20 @@ the bound rule above resends as many as it needs. Messages at tolerance 0 never 
 (MRC byte for byte).
 
 STOP. The send completes (ok=True) with ``delivered`` and ``missing`` from the
-receiver's bitmap, every chunk of the message still out is forgotten, and STOP_OK goes
-back naming the PSN range the message used. A STOP for a message not being sent is
-answered too: if it names a bounded message this end has not posted yet (the receiver's
-deadline fired before anything was sent), it is remembered, and a later ``post`` of that
-id, *bounded and of that length*, completes at once with nothing delivered; a reliable
-post or another length ignores it (a reliable message never completes undelivered). Such
-early STOPs are kept at most ``MAX_EARLY_STOPS``. A STOP of a message posted reliably
-(the ends disagree on its bound) completes it with ok=False and the error, never as a
-success."""
+receiver's bitmap, every chunk of the message still out is forgotten (nothing more of it
+leaves), and STOP_OK goes back naming the PSN range the message used. A STOP for a
+message not being sent is answered too: if it names a bounded message this end has not
+posted yet (the receiver's deadline fired before anything was sent), it is remembered,
+and a later ``post`` of that id, *bounded and of that length*, completes at once with
+nothing delivered; a reliable post or another length ignores it (a reliable message
+never completes undelivered). Such early STOPs are kept at most ``MAX_EARLY_STOPS``. A
+STOP of a message posted reliably (the ends disagree on its bound) completes it with
+ok=False and the error, never as a success. The chunks still on the wire when the STOP
+comes (a round that closed at its needed chunk leaves up to a window of them behind,
+which the receiver drops as late) are in the network all the same: their bytes stay
+counted in flight (``Flight.hold``) until they would have been acknowledged (the latest
+one's send time + the smoothed RTT), so the next round's first window does not land on
+top of them and overflow the queues they sit in."""
 
 from __future__ import annotations
 
@@ -97,6 +102,8 @@ class BoundedSender:
         self.rack_rtt = 0.0  # ... and its RTT: what a healthy path takes right now
         self.tail_progress = -INF  # the last time a bounded chunk was acked
         self.tail_backoff = 0  # tail timer doublings without progress
+        # bytes of stopped messages' chunks still on the wire: (out of it at, bytes)
+        self.held: deque[tuple[float, int]] = deque()
 
     def __repr__(self) -> str:
         return f"BoundedSender(sending={sorted(self.tx)}, bq={len(self.bq)})"
@@ -209,7 +216,11 @@ class BoundedSender:
         self.stats["dblp_tail_fired"] += 1
 
     def on_timer(self, now: float) -> bool:
-        """The tail timer and park checks due; True if lost chunks wait to be sent."""
+        """The tail timer, park checks and held bytes due; True if lost chunks wait to be
+        sent."""
+        held = self.held
+        while held and held[0][0] <= now:
+            self.flight.release(held.popleft()[1])
         if self._tail_deadline() <= now:
             self._tail_fire(now)
         stalled = False
@@ -232,6 +243,8 @@ class BoundedSender:
 
     def next_deadline(self) -> float:
         e = min((st.park_check for st in self.tx.values()), default=INF)
+        if self.held:
+            e = min(e, self.held[0][0])
         return min(e, self._tail_deadline())
 
     # ---- STOP ------------------------------------------------------------------------------
@@ -266,8 +279,16 @@ class BoundedSender:
             return
         bitmap = memoryview(data)[HEADER_LEN:HEADER_LEN + h.length]
         snd = self.snd
-        for p in st.pkts:  # forget every chunk still out (delivered or not)
-            self.flight.forget(p)
+        flight = self.flight
+        on_wire, out_at = 0, now
+        for p in st.pkts:  # forget every chunk still out (delivered or not) ...
+            if flight.get(p.psn) is p and not p.lost:
+                on_wire += HEADER_LEN + p.length
+                out_at = max(out_at, p.sent + self.timeouts.srtt.srtt)
+            flight.forget(p)
+        if on_wire and out_at > now:  # ... but not the bytes still on the wire
+            flight.hold(on_wire)
+            self.held.append((out_at, on_wire))
         snd.stop(om)
         del self.tx[msg]
         lo = st.pkts[0].psn if st.pkts else 0
@@ -300,6 +321,7 @@ class BoundedSender:
     def fail(self) -> None:
         self.tx.clear()
         self.bq.clear()
+        self.held.clear()  # (the flight is cleared with them)
 
 
 def _ns(now: float) -> int:

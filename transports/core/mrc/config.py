@@ -24,6 +24,8 @@ class MrcConfig:
     ev_min_active: int = knob(2, lo=1)  # EVs kept GOOD (of those not DENIED)
     ack_every: int = knob(4, lo=1)
     ack_delay: float = knob(50e-6, lo=0.0)
+    # one ACK per wake-up of a batching I/O loop (or per ack_every): transports/core/receiver.py
+    ack_wakeup: bool = knob(False)
     max_sack_blocks: int = knob(32, lo=1)
     rto_init: float = knob(10e-3, lo=0.0, lo_open=True)  # before any RTT sample
     # the RTO floor's absolute part: timer granularity, ACK delay

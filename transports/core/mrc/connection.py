@@ -183,7 +183,8 @@ class MrcCore(MessageCore):
 
     # ---- the Core interface -------------------------------------------------------------
 
-    def on_packet(self, data: bytes | memoryview, now: float) -> list[Tx]:
+    def on_packet(self, data: bytes | memoryview, now: float,
+                  rx_t: float | None = None) -> list[Tx]:
         h = self._admit(data)
         if h is None:
             return []
@@ -193,6 +194,7 @@ class MrcCore(MessageCore):
         out: list[Tx] = []
         kind = h.kind
         if kind == DATA:
+            self.rcv.arrival = rx_t
             if h.flags & FLAG_TRIMMED:  # a switch cut it: NACK at once, nothing to place
                 self.rcv.on_trimmed(h, now, out)
             elif self.policy is not None:
@@ -207,11 +209,12 @@ class MrcCore(MessageCore):
                 self.policy.on_control(h, data, now, out)
                 self._pump(now, out)
             else:
-                self._on_ack(h, data, now, out)
+                self._on_ack(h, data, now, out, now if rx_t is None else rx_t)
         elif kind == PROBE:
+            self.rcv.arrival = rx_t
             self.rcv.on_probe(h, now, out)
         elif kind == PROBE_ACK:
-            self._on_probe_ack(h, now, out)
+            self._on_probe_ack(h, now, out, now if rx_t is None else rx_t)
         else:
             self._on_nack(h, now, out)
         return out
@@ -232,6 +235,11 @@ class MrcCore(MessageCore):
         self._send_probes(now, out)
         self._pump(now, out)
         return out
+
+    def flush(self, now: float) -> list[Tx]:
+        """The coalesced ACK of this wake-up (transports/core/api.py ``Core.flush``)."""
+        ack = self.rcv.flush(now)
+        return [] if ack is None else [ack]
 
     def next_deadline(self) -> float | None:
         d = min(self.rcv.ack_at, self.loss.next_rto(), self.paths.next_probe())
@@ -314,7 +322,7 @@ class MrcCore(MessageCore):
     # ---- acknowledgements -----------------------------------------------------------------
 
     def _on_ack(self, h: wire.Header, data: bytes | memoryview, now: float,
-                out: list[Tx]) -> None:
+                out: list[Tx], rx: float) -> None:
         snd, loss = self.snd, self.loss
         cum = h.psn
         if cum > snd.snd_nxt:
@@ -334,6 +342,7 @@ class MrcCore(MessageCore):
         if self.failed:
             return
         self.stats["rx_ack"] += 1
+        self.timeouts.peer_hold.sample(h.msg_len * 1e-9, now)  # the peer's ACK delay (wire.py)
         ev, ts_echo = h.ev, h.ts_echo
         ecn = bool(h.flags & FLAG_ECE)
         if ecn:
@@ -359,7 +368,7 @@ class MrcCore(MessageCore):
                 loss.undo(psn, now, ev)
         rtt = None
         if ts_echo:
-            r = now - ts_echo * 1e-9
+            r = rx - ts_echo * 1e-9  # from the ACK's arrival, however late the loop woke
             if 0 < r < 60.0:
                 rtt = r
                 if not loss.answers_probe(ts_echo):  # a header's RTT is not a packet's
@@ -408,12 +417,12 @@ class MrcCore(MessageCore):
             out.append((ev, buf))
             self.stats["tx_probe"] += 1
 
-    def _on_probe_ack(self, h: wire.Header, now: float, out: list[Tx]) -> None:
+    def _on_probe_ack(self, h: wire.Header, now: float, out: list[Tx], rx: float) -> None:
         ev = h.ev
         if not self.paths.answers(ev, h.psn):
             self.stats["stale_probe_ack"] += 1
             return
-        r = now - h.ts_echo * 1e-9
+        r = rx - h.ts_echo * 1e-9
         if 0 < r < 60.0:
             self.timeouts.sample_ev(ev, r)
         self.paths.readmit(ev, now)

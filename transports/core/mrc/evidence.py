@@ -282,7 +282,9 @@ class Evidence:
         grew meanwhile is not reordering) plus the receiver's ACK delay, since a single
         later transmission is weaker evidence than ``dupthresh`` of them."""
         cfg, ev = self.cfg, p.ev
-        behind = hi_rtt + max(self.reo_wnd(ev), cfg.reorder_frac * hi_rtt) + cfg.ack_delay
+        hold = self.timeouts.peer_hold.value
+        behind = (hi_rtt + max(self.reo_wnd(ev), cfg.reorder_frac * hi_rtt)
+                  + (hold if hold > cfg.ack_delay else cfg.ack_delay))
         return p.sent + max(self.loss_bound(ev), behind)
 
     def loss_bound(self, ev: int) -> float:
@@ -297,7 +299,9 @@ class Evidence:
             # (a message's small last packet on one plane, its full ones on the other)
             est = self.timeouts.srtt
             bound = est.bound()
-        return max(est.srtt * (1 + cfg.reorder_frac) + cfg.reorder_min, bound)
+        # plus the peer's ACK delay, which the samples leave out (rto.py ``PeerHold``)
+        return (max(est.srtt * (1 + cfg.reorder_frac) + cfg.reorder_min, bound)
+                + self.timeouts.peer_hold.value)
 
     # ---- a path gone silent -----------------------------------------------------------------
 

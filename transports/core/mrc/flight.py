@@ -10,7 +10,9 @@ and the numbering of its transmissions.
   first one waiting leave whatever the window (``force_first``) and numbers its probes
   (``stamp``);
 - DBLP's sending half (transports/core/dblp/send.py) brings parked chunks back
-  (``requeue_front``) and forgets the chunks of a stopped message (``forget``).
+  (``requeue_front``), forgets the chunks of a stopped message (``forget``) and keeps
+  the bytes of those still on the wire counted until they are out of it (``hold``,
+  ``release``).
 
 A packet is *live* while the sender owns it: from its first transmission until it is
 acknowledged, forgotten or the connection fails; ``get(psn)`` returns it then, None
@@ -174,6 +176,15 @@ class Flight:
             del self._packets[p.psn]
             if not p.lost:
                 self.bytes_in_flight -= HEADER_LEN + p.length
+
+    def hold(self, nbytes: int) -> None:
+        """``nbytes`` are on the wire but no packet's any more (a stopped message's chunks
+        that left before the STOP came): counted in flight until ``release``d."""
+        self.bytes_in_flight += nbytes
+
+    def release(self, nbytes: int) -> None:
+        """Bytes ``hold`` counted are out of the network."""
+        self.bytes_in_flight = max(0, self.bytes_in_flight - nbytes)
 
     def clear(self) -> None:
         """The connection failed: nothing is in flight or waiting any more."""

@@ -312,8 +312,9 @@ class LossDetector:
 
     def pto_deadline(self) -> float:
         """When the probe timeout fires (probes.py), INF if it does not."""
-        return self.probes.pto_deadline(self._activity(), self.timeouts.srtt.srtt,
-                                        self.timeouts.floor)
+        t = self.timeouts
+        return self.probes.pto_deadline(self._activity(), t.srtt.srtt, t.floor,
+                                        t.peer_hold.value)
 
     def _activity(self) -> float:
         """The last data sent or ACK of new data: what the probe timeout counts from."""

@@ -232,13 +232,18 @@ class Probes:
         packets."""
         return ts_echo in self.tail_probes or ts_echo in self.plane_probes
 
-    def pto_deadline(self, activity: float, srtt: float, floor: float) -> float:
-        """When the probe timeout fires: ``max(2 srtt + ack_delay, floor)`` after the last
-        data sent or ACK of new data (``activity``), once per such activity (INF: no RTT
-        sample yet, or it fired already since)."""
+    def pto_deadline(self, activity: float, srtt: float, floor: float,
+                     hold: float = 0.0) -> float:
+        """When the probe timeout fires: ``max(2 srtt + ACK delay, floor + hold)`` after the
+        last data sent or ACK of new data (``activity``), once per such activity (INF: no
+        RTT sample yet, or it fired already since). ``hold`` is the peer's measured ACK
+        delay (at least ``ack_delay`` in the first term); the RTO adds it to its floor
+        too, so a floored PTO and RTO still fire together and probe once."""
         if activity == self.pto_for or not srtt or not self.cfg.pto:
             return INF
-        pto = 2.0 * srtt + self.cfg.ack_delay
+        ack_delay = self.cfg.ack_delay
+        pto = 2.0 * srtt + (hold if hold > ack_delay else ack_delay)
+        floor += hold
         return activity + (pto if pto > floor else floor)
 
     def pto_fired(self, activity: float) -> None:

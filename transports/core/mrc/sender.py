@@ -1,7 +1,8 @@
 """The sending half of an MRC connection: PSNs, messages, acknowledgements, the window.
 
-``Sender`` cuts each posted message into packets of ``mtu_payload`` bytes, gives each a
-PSN and sprays it over the GOOD EVs (spray.py ``Spray``: a path selector's choice, a
+``Sender`` cuts each posted message into packets of ``mtu_payload`` bytes (by offset, or
+in the message's own ``order``: ``OutMsg.order``), gives each a PSN and sprays it over
+the GOOD EVs (spray.py ``Spray``: a path selector's choice, a
 packet whose EV is out of service going to another EV of the same NIC, so every NIC
 keeps its share). What may leave is bounded by the congestion window (bytes in flight,
 transports/core/cc.py) and by ``window_pkts`` PSNs past the oldest unacknowledged one.
@@ -209,14 +210,16 @@ class Sender:
         sendq = self.sendq
         while sendq and self.snd_nxt - self.snd_una < window:
             om = sendq[0]
-            off = om.next_off
+            order = om.order
+            off = om.next_off if order is None else order[om.nsent] * mtu
             length = min(mtu, om.nbytes - off)
             bif = flight.bytes_in_flight
             if bif and bif + HEADER_LEN + length > cwnd:
                 break
             om.next_off = off + length
+            om.nsent += 1
             flags = trim_ok
-            if om.next_off >= om.nbytes:
+            if om.nsent >= om.npkts:  # the first pass is over (by offset: next_off >= nbytes)
                 sendq.popleft()
                 flags |= FLAG_LAST
             crc = wire.crc32(om.data[off:off + length]) if use_crc and length else 0

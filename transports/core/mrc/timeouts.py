@@ -5,6 +5,8 @@
 - an RFC 6298 estimator per EV and one over all EVs (transports/core/rto.py
   ``RttEstimator``); an EV's RTO is the larger of its own ``srtt + 4 rttvar`` and the
   overall one, within [floor, rto_max] (``rto``), so a path is not timed by a faster one;
+- the peer's ACK delay (rto.py ``PeerHold``, from the ACKs), added to every RTO as QUIC
+  adds ``max_ack_delay``: the RTT samples leave it out;
 - the floor, ``max(rto_min, rto_min_rtts * base RTT) + host delay`` (rto.py
   ``rto_floor``): it scales with the path through NSCC's base RTT (``new_floor``, after
   every sample that may move it) and rises with the I/O loop's measured scheduling delay
@@ -25,7 +27,7 @@ from __future__ import annotations
 import random
 from typing import Protocol
 
-from transports.core.rto import RttEstimator, rto_floor
+from transports.core.rto import PeerHold, RttEstimator, rto_floor
 
 INF = float("inf")
 BACKOFF_JITTER = 0.25  # a backed-off RTO is stretched by up to this fraction at random
@@ -58,6 +60,7 @@ class Timeouts:
         self.rtt = [RttEstimator() for _ in range(evs)]  # per EV
         self.srtt = RttEstimator()  # all EVs together
         self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
+        self.peer_hold = PeerHold()  # the peer's ACK delay: added to every RTO
         self.floor = cfg.rto_min  # the RTO floor (rto_floor())
         self.strikes = 0  # RTO rounds without progress
         self.strike_at = INF  # when the first of them came
@@ -95,7 +98,8 @@ class Timeouts:
         cfg = self.cfg
         floor = self.floor
         overall = self.srtt.rto(floor, cfg.rto_max, cfg.rto_init)
-        return max(overall, self.rtt[ev].rto(floor, cfg.rto_max, overall))
+        rto = max(overall, self.rtt[ev].rto(floor, cfg.rto_max, overall)) + self.peer_hold.value
+        return rto if rto < cfg.rto_max else cfg.rto_max
 
     def backed_off(self, ev: int, strikes: int | None = None) -> float:
         """EV ``ev``'s RTO doubled per strike (``strikes``, the current count by default),
@@ -112,8 +116,8 @@ class Timeouts:
     def rto_any(self) -> float:
         """The RTO over all EVs, backed off."""
         cfg = self.cfg
-        return min(cfg.rto_max, self.srtt.rto(self.floor, cfg.rto_max, cfg.rto_init)
-                   * (1 << min(self.strikes, 30)))
+        return min(cfg.rto_max, (self.srtt.rto(self.floor, cfg.rto_max, cfg.rto_init)
+                                 + self.peer_hold.value) * (1 << min(self.strikes, 30)))
 
     # ---- strikes and the retry budget -------------------------------------------------------
 

@@ -1,0 +1,156 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Per-packet mechanics of the transport cores, compiled: the payload CRC and the
+interval sets (SACK ranges, received byte ranges).
+
+Nothing here decides anything: loss detection, congestion control, path selection and
+EV states stay Python (transports/core). ``crc32`` is zlib's CRC32 (the wire's ``crc``
+field: transports/core/wire.py) computed by ISA-L; ``IntervalSet`` is the disjoint
+half-open ranges transports/core/message.py documents, its ``starts`` and ``ends``
+plain lists that Python code reads as before.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from libc.stdint cimport uint32_t, uint64_t
+
+
+cdef extern from "isa-l/crc.h" nogil:
+    uint32_t crc32_gzip_refl(uint32_t init_crc, const unsigned char *buf, uint64_t len)
+
+
+def crc32(data) -> int:
+    """zlib's CRC32 of ``data`` (any contiguous buffer), never 0: 0 means "no CRC"."""
+    cdef Py_buffer view
+    cdef uint32_t c
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        with nogil:
+            c = crc32_gzip_refl(0, <const unsigned char *>view.buf, <uint64_t>view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return c if c else 1
+
+
+def crc32_raw(data) -> int:
+    """zlib's CRC32 of ``data``, 0 included (to check against zlib.crc32)."""
+    cdef Py_buffer view
+    cdef uint32_t c
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        c = crc32_gzip_refl(0, <const unsigned char *>view.buf, <uint64_t>view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return c
+
+
+cdef inline Py_ssize_t _bisect_right(list a, long long x):
+    """The index after the last element <= x (a sorted list of ints)."""
+    cdef Py_ssize_t lo = 0, hi = PyList_GET_SIZE(a), mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if x < <long long>(<object>PyList_GET_ITEM(a, mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+cdef class IntervalSet:
+    """Disjoint half-open integer ranges, merged on insertion (byte offsets or PSNs)."""
+
+    cdef public list starts
+    cdef public list ends
+
+    def __init__(self) -> None:
+        self.starts = []
+        self.ends = []
+
+    def __len__(self) -> int:
+        return PyList_GET_SIZE(self.starts)
+
+    def __repr__(self) -> str:
+        return f"IntervalSet({list(zip(self.starts, self.ends))})"
+
+    def ranges(self) -> list:
+        return list(zip(self.starts, self.ends))
+
+    def add(self, long long a, long long b) -> list:
+        """Insert [a, b); return the sub-ranges that were not covered before."""
+        cdef list starts = self.starts, ends = self.ends, new
+        cdef Py_ssize_t lo, hi, k, n = PyList_GET_SIZE(starts)
+        cdef long long cur, s, e, ns, ne
+        if a >= b:
+            return []
+        # the common cases first: appending at the end, or extending the last range
+        if n == 0:
+            starts.append(a)
+            ends.append(b)
+            return [(a, b)]
+        e = <long long>(<object>PyList_GET_ITEM(ends, n - 1))
+        if a > e:
+            starts.append(a)
+            ends.append(b)
+            return [(a, b)]
+        if a == e:
+            ends[n - 1] = b
+            return [(a, b)]
+        lo = _bisect_right(starts, a) - 1
+        if lo < 0 or <long long>(<object>PyList_GET_ITEM(ends, lo)) < a:
+            lo += 1  # the interval before does not touch [a, b)
+        hi = _bisect_right(starts, b)  # intervals [lo, hi) touch or overlap [a, b)
+        new = []
+        cur = a
+        for k in range(lo, hi):
+            s = <long long>(<object>PyList_GET_ITEM(starts, k))
+            e = <long long>(<object>PyList_GET_ITEM(ends, k))
+            if s > cur:
+                new.append((cur, s if s < b else b))
+            if e > cur:
+                cur = e
+            if cur >= b:
+                break
+        if cur < b:
+            new.append((cur, b))
+        if lo < hi:
+            s = <long long>(<object>PyList_GET_ITEM(starts, lo))
+            e = <long long>(<object>PyList_GET_ITEM(ends, hi - 1))
+            ns = a if a < s else s
+            ne = b if b > e else e
+            starts[lo:hi] = [ns]
+            ends[lo:hi] = [ne]
+        else:
+            starts.insert(lo, a)
+            ends.insert(lo, b)
+        return new
+
+    def covered(self) -> int:
+        cdef long long total = 0
+        cdef Py_ssize_t k
+        for k in range(PyList_GET_SIZE(self.starts)):
+            total += (<long long>(<object>PyList_GET_ITEM(self.ends, k))
+                      - <long long>(<object>PyList_GET_ITEM(self.starts, k)))
+        return total
+
+    def __contains__(self, long long x) -> bool:
+        cdef Py_ssize_t i = _bisect_right(self.starts, x) - 1
+        return i >= 0 and x < <long long>(<object>PyList_GET_ITEM(self.ends, i))
+
+    def pop_front_from(self, long long x) -> int:
+        """If the first range starts at ``x``, remove it and return its end; else ``x``."""
+        if PyList_GET_SIZE(self.starts) and <long long>(<object>PyList_GET_ITEM(
+                self.starts, 0)) == x:
+            self.starts.pop(0)
+            return self.ends.pop(0)
+        return x
+
+    def discard_below(self, long long x) -> None:
+        """Forget everything below ``x``."""
+        cdef list starts = self.starts, ends = self.ends
+        cdef Py_ssize_t k = 0, n = PyList_GET_SIZE(starts)
+        while k < n and <long long>(<object>PyList_GET_ITEM(ends, k)) <= x:
+            k += 1
+        if k:
+            del starts[:k]
+            del ends[:k]
+        if PyList_GET_SIZE(starts) and <long long>(<object>PyList_GET_ITEM(starts, 0)) < x:
+            starts[0] = x
