@@ -33,11 +33,12 @@ def interface_packets(kernel: NodeKernel) -> dict[str, tuple[int, int]]:
 
 
 def queue_stats(kernel: NodeKernel) -> dict[str, QueueStats]:
-    """The FIFO statistics of every egress queue of a node (drops are buffer overflows)."""
+    """The FIFO statistics of every egress queue of a node (drops are buffer overflows;
+    a port that trims has a byte FIFO: emu/signals.py)."""
     names = {i: n for n, i in kernel.ifindex.items()}
     out = {}
     for q in kernel.ipr.get_qdiscs():
-        if q.get_attr("TCA_KIND") != "pfifo" or q["handle"] != FIFO_HANDLE:
+        if q.get_attr("TCA_KIND") not in ("pfifo", "bfifo") or q["handle"] != FIFO_HANDLE:
             continue
         stats2 = q.get_attr("TCA_STATS2")
         basic = stats2.get_attr("TCA_STATS_BASIC")

@@ -21,6 +21,9 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from pyroute2.netlink.rtnl.tcmsg import plugins as tc_plugins
+from pyroute2.netlink.rtnl.tcmsg import sched_pfifo
+
 from emu.bpf.build import object_path
 from emu.bpf.libbpf import BPF_F_LOCK, BpfObject
 from emu.errors import EmuError
@@ -36,6 +39,9 @@ MAX_PORTS = 4096  # the map's size (port.c)
 PORT = struct.Struct("=IIQQQQIIQQQQQQQQ")
 P_MARK, P_TRIM = 1, 2
 MECHANISM = "tc-bpf"  # clsact + cls_bpf with a virtual queue per port
+# pyroute2 encodes a bfifo's options only if it knows the kind; they are a pfifo's (the
+# kernel's struct tc_fifo_qopt: the limit, here in bytes)
+tc_plugins.setdefault("bfifo", sched_pfifo)
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,11 @@ def _value(p: PortParams) -> bytes:
     flags = (P_MARK if p.mark else 0) | (P_TRIM if p.trim else 0)
     return PORT.pack(0, flags, p.rate_bytes_s, p.cap_bytes, p.kmin_bytes, p.kmax_bytes,
                      min(int(p.pmax * 0xFFFFFFFF), 0xFFFFFFFF), 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+
+def _fifo_kind(signals: SwitchSignals) -> str:
+    """The data FIFO's qdisc at a switch port under ``signals`` (topologies/signals.py)."""
+    return "bfifo" if signals.trim else "pfifo"
 
 
 class PortSignals:
@@ -104,7 +115,9 @@ class PortSignals:
 
     def apply(self, signals: SwitchSignals) -> None:
         """Every switch port as ``signals`` says: its program's numbers and its FIFO's
-        limit (call it while the fabric is idle: the virtual queues start empty)."""
+        limit (call it while the fabric is idle: the virtual queues start empty, and a FIFO
+        whose kind changes (bytes with trimming, packets without) starts its counters
+        anew)."""
         if self.obj is None:
             raise EmuError("PortSignals.apply before attach")
         for port, spec in self.switch_ports.items():
@@ -112,8 +125,13 @@ class PortSignals:
             self.obj.update("ports", self.ids[port], _value(p))
             node, ifname = port
             k = self.kernels[node]
-            k.ipr.tc("change", "pfifo", k.ifindex[ifname], FIFO_HANDLE, parent=HTB_DATA,
-                     limit=p.fifo_packets)
+            idx = k.ifindex[ifname]
+            kind, limit = ("bfifo", p.fifo_bytes) if p.fifo_bytes else ("pfifo", p.fifo_packets)
+            if kind != _fifo_kind(self.signals):  # the kernel changes a qdisc of its kind only
+                k.ipr.tc("del", index=idx, handle=FIFO_HANDLE, parent=HTB_DATA)
+                k.ipr.tc("replace", kind, idx, FIFO_HANDLE, parent=HTB_DATA, limit=limit)
+            else:
+                k.ipr.tc("change", kind, idx, FIFO_HANDLE, parent=HTB_DATA, limit=limit)
         self.signals = signals
 
     def program_ids(self) -> tuple[int, int]:

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from emu import registry
 from emu.bpf.libbpf import prog_exists
 from emu.counters import queue_stats
 from emu.fabric import Fabric
+from emu.kernel import CTRL_FIFO
+from emu.traffic import SO_RCVBUFFORCE
 from topologies import LinkSpec, MultiPlaneClos
 from topologies.signals import SwitchSignals
 from transports.core import wire
@@ -85,6 +88,97 @@ def test_marks_trims_and_drops_at_a_full_port() -> None:
     assert port.dropped > 0 and len(got) == 3 * PER_SENDER - port.dropped
     assert sum(1 for h in got if not h.flags & wire.FLAG_TRIM_OK) == PER_SENDER - port.dropped
     assert all(q.drops == 0 for q in fifo.values())
+
+
+def _send_paced(sock: socket.socket, dst: str, packets: list[bytes] | None,
+                 small: bytes, until: threading.Event, sent: list[int]) -> None:
+    """Send ``packets`` (or ``small`` until ``until`` is set) as fast as the host's NIC
+    drains: a blocking socket whose send buffer holds fewer packets than the NIC's FIFO,
+    so the NIC never drops and the host sends at its link rate."""
+    if packets is None:
+        while not until.is_set():
+            sock.sendto(small, (dst, wire.UDP_PORT))
+            sent[0] += 1
+    else:
+        for data in packets:
+            sock.sendto(data, (dst, wire.UDP_PORT))
+            sent[0] += 1
+
+
+def _ctrl_fifo(fab: Fabric, node: str, ifname: str) -> tuple[int, int]:
+    """(packets, bytes) the control class's FIFO of a port sent, as its HTB charged them."""
+    k = fab.node_kernel(node)
+    for q in k.ipr.get_qdiscs(index=k.ifindex[ifname]):
+        if q["handle"] == CTRL_FIFO:
+            basic = q.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")
+            return basic["packets"], basic["bytes"]
+    raise AssertionError(f"{node}:{ifname} has no control FIFO")
+
+
+@pytest.mark.parametrize("rate", [20.0, 5.0])
+def test_a_full_port_trims_before_its_fifo_drops(rate: float) -> None:
+    """Two hosts send trimmable data and a third floods tail-probe-sized packets (they
+    queue as data) into one port, each at its link rate: the port trims, its FIFO drops
+    none of it (the FIFO counts bytes, as the program's buffer does: 24 frames of bytes
+    hold hundreds of small packets), every trimmable packet reaches the receiver whole
+    or as its header, and HTB charges a trimmed header its own length."""
+    link = LinkSpec(rate_mbit=rate, queue_packets=24)
+    spec = MultiPlaneClos(planes=1, spines=1, leaves=1, hosts_per_leaf=4, host_link=link,
+                          fabric_link=link)
+    n = 40
+    probe = bytearray(wire.HEADER_LEN)
+    wire.pack_header(probe, wire.PROBE, wire.FLAG_TAIL, 9, 0, 0, 0, 0, 0, 0, 1)
+    with Fabric(spec, name="sigfull", signals=SwitchSignals(trim=True)) as fab:
+        port_if = fab.spec.ports("p0l0")[3].ifname
+        rx = fab.node_kernel("h3").socket()
+        rx.bind(("::", wire.UDP_PORT))
+        rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 64 << 20)
+        rx.settimeout(1.0)
+        dst = str(fab.spec.address("h3"))
+        done, sent, threads, socks = threading.Event(), [[0], [0], [0]], [], []
+        for i, host in enumerate(("h0", "h1", "h2")):
+            s = fab.node_kernel(host).socket()
+            # a few packets' worth (the kernel doubles it): below the NIC's 24 packets
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 3 * 8192 if i < 2 else 4096)
+            s.settimeout(10.0)
+            socks.append(s)
+            packets = [_datagram(j, wire.FLAG_TRIM_OK) for j in range(n)] if i < 2 else None
+            threads.append(threading.Thread(target=_send_paced, daemon=True,
+                                            args=(s, dst, packets, bytes(probe), done, sent[i])))
+        for t in threads:
+            t.start()
+        got = []
+        while threads[0].is_alive() or threads[1].is_alive():
+            try:
+                got.append(wire.parse(rx.recv(65536)))
+            except TimeoutError:
+                pass
+        done.set()
+        threads[2].join()
+        try:
+            while True:
+                got.append(wire.parse(rx.recv(65536)))
+        except TimeoutError:
+            pass
+        for s in [*socks, rx]:
+            s.close()
+        port = fab.signal_stats()[("p0l0", port_if)]
+        fifo = queue_stats(fab.node_kernel("p0l0"))[port_if]
+        nics = [q for h in ("h0", "h1", "h2") for q in queue_stats(fab.node_kernel(h)).values()]
+        ctrl = _ctrl_fifo(fab, "p0l0", port_if)
+    assert sent[0][0] == sent[1][0] == n and sent[2][0] > 0
+    assert all(q.drops == 0 for q in nics)  # the hosts sent at their link rates, no faster
+    data = [h for h in got if h.kind == wire.DATA]
+    trimmed = [h for h in data if h.flags & wire.FLAG_TRIMMED]
+    assert trimmed and port.trimmed == len(trimmed), (len(trimmed), port)
+    # every trimmable packet arrived, whole or as its header; the FIFO dropped nothing
+    assert sorted((h.conn, h.psn) for h in data) == sorted((7, j) for j in range(n) for _ in "ab")
+    assert fifo.drops == 0, (fifo, port)
+    # what the program dropped were probes that did not fit: the rest arrived
+    probes = sum(1 for h in got if h.kind == wire.PROBE)
+    assert port.dropped > 0 and probes == sent[2][0] - port.dropped, (probes, sent[2], port)
+    # the control class carried only the trimmed headers, charged at their own length
+    assert ctrl == (len(trimmed), len(trimmed) * (14 + 40 + 8 + wire.HEADER_LEN)), ctrl
 
 
 def test_plain_fabric_can_switch_signals_on_and_off() -> None:

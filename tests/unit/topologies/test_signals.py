@@ -30,12 +30,16 @@ def test_port_numbers() -> None:
     spec = LinkSpec(rate_mbit=100.0, queue_packets=64)
     p = MRC_SWITCHES.port(spec, 9000)
     assert p.mark and p.trim and p.rate_bytes_s == 12_500_000
-    assert p.cap_bytes == 64 * 9014 and p.fifo_packets == 64 * TRIM_FIFO_SLACK
+    # with trimming the FIFO behind the program counts bytes, as the program's buffer does
+    assert p.cap_bytes == 64 * 9014 and p.fifo_bytes == p.cap_bytes * TRIM_FIFO_SLACK
+    assert p.fifo_packets == 0
     assert p.kmin_bytes == 2 * 9014 and p.kmax_bytes == 10 * 9014
     lossless = ROCE_SWITCHES.port(spec, 9000)
     assert lossless.fifo_packets == 100_000 and not lossless.trim and lossless.mark
+    assert lossless.fifo_bytes == 0
     plain = PLAIN.port(spec, 9000)
     assert not plain.mark and not plain.trim and plain.fifo_packets == 64
+    assert plain.fifo_bytes == 0 and MRC_SWITCHES.port(spec, 9000).fifo_packets == 0
     assert [s.label for s in (PLAIN, MRC_SWITCHES, ROCE_SWITCHES)] == \
         ["plain", "ecn+trim", "lossless+ecn"]
     assert PORT.size == 112  # struct port of emu/bpf/port.c
