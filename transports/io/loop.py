@@ -15,8 +15,8 @@ Each turn:
    ``HostSockets.woke``); feed its waiting datagrams to their cores in ``recvmmsg``
    batches, each with its kernel arrival time (a bounded number of batches, then the
    next host); end the wake-up for every core fed (``flush``: its coalesced ACK); run
-   its cores' timers due; hand each completion to the owner (``on_completion``); send
-   everything queued in ``sendmmsg`` batches.
+   its cores' timers due; send everything queued in ``sendmmsg`` batches; then hand
+   each completion to the owner (``on_completion``) and send what that queued.
 
 A host's state is its own as if it ran in a process of its own: its sockets (made in its
 namespace), cores, host delay, counters and internal errors. Nothing here knows what the
@@ -151,6 +151,11 @@ class EventLoop:
             d = core.next_deadline()
             if d is not None and d <= now:
                 send(conn, core.on_timer(now))
-            for comp in core.completions():
+        # out before the owner acts on completions: checking a received message takes
+        # milliseconds, and the ACK that completes its sender must not wait for it (it did:
+        # the sender's RTO fired and probed at the end of every transfer)
+        socks.flush()
+        for conn in conns.values():
+            for comp in conn.core.completions():
                 done(conn, comp)
         socks.flush()

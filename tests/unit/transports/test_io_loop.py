@@ -3,6 +3,7 @@ the driver process and a worker's engine thread both run."""
 
 import os
 import random
+import select
 import socket
 import time
 
@@ -182,4 +183,34 @@ def test_a_hosts_failing_core_stays_its_own():
     finally:
         junk.close()
         for h in (hx, ha, hb):
+            h.close()
+
+
+def test_the_ack_that_completes_a_sender_leaves_before_the_owner_acts_on_the_message():
+    # the owner's work on a completion (checking a received message) takes milliseconds:
+    # the receiver's last ACK must already be on the wire when it starts, or the sender
+    # times out waiting for it
+    (ha, ca, la), (hb, cb, lb), done = _pair(MrcCore(1, 1, CFG), MrcCore(1, 1, CFG))
+    seen: list = []
+
+    def on_b(conn, comp):
+        queued = sum(len(q) for q in conn.queued)
+        readable = bool(select.select([ha.rx], [], [], 0)[0])
+        seen.append((comp.kind, queued, readable))
+        done.append(("b", comp))
+
+    lb.hosts[0].on_completion = on_b
+    try:
+        data = random.Random(2).randbytes(30_000)
+        buf = bytearray(len(data))
+        now = time.monotonic()
+        hb.send(cb, cb.core.post_recv(7, buf, now))
+        ha.send(ca, ca.core.post_send(7, data, now))
+        _run((la, lb), done, 2)
+        assert buf == data and seen
+        kind, queued, readable = seen[0]
+        assert kind == "recv" and queued == 0  # nothing of the receiver's still waiting
+        assert readable  # its ACK is at the sender already
+    finally:
+        for h in (ha, hb):
             h.close()
