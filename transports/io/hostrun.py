@@ -15,6 +15,7 @@ import time
 
 from emu import childproto
 from transports.core.api import Completion
+from transports.core.cc import Nscc
 from transports.io.footprint import state_sizes
 from transports.io.sockets import Conn, HostSockets
 from transports.io.streams import RecvStream, SendStream, bound_arg, prefault
@@ -177,6 +178,9 @@ class HostRun:
             "verify_cpu_s": round(self.verify_cpu_s, 4),
             "sent_per_ev": {c: conn.sent_per_ev for c, conn in self.conns.items()},
             "stats": {c: dict(getattr(conn.core, "stats", {})) for c, conn in self.conns.items()},
+            # NSCC's window per connection (cores that have one: MRC, DBLP)
+            "cc": {c: cc.report() for c, conn in self.conns.items()
+                   if isinstance(cc := getattr(conn.core, "cc", None), Nscc)},
             "unknown_conn": unknown,
             "internal_errors": self.socks.internal_errors,
             "datagrams": {"received": self.socks.received, "sent": self.socks.sent,

@@ -143,3 +143,17 @@ def test_quick_adapt_leaves_a_sender_limited_by_its_application_two_packets(floo
     cc.on_ack(MTU, 20 * RTT, t + 20 * RTT)
     assert cc.n_qa == 1
     assert cc.cwnd == (floor or 2 * MTU)  # the configured floor, else two packets
+
+
+def test_report_states_the_window_and_what_moved_it():
+    # a run's record says why a flow went at its rate: how far the window grew, and how
+    # often queueing delay cut it
+    cc = Nscc(NsccConfig(), MTU)
+    assert cc.report()["cwnd"] == cc.report()["cwnd_peak"] == 16 * MTU
+    t = feed(cc, 0.0, 0.2, RTT)
+    grown = cc.cwnd
+    assert cc.report()["decreases"] == 0 and cc.report()["base_rtt"] == pytest.approx(RTT)
+    t = feed(cc, t, t + 0.1, 3 * RTT)  # two base RTTs of queueing: above the target
+    r = cc.report()
+    assert r["decreases"] == cc.n_md > 0
+    assert r["cwnd"] < round(grown) <= r["cwnd_peak"]
