@@ -169,6 +169,9 @@ STOPS = [("SIGINT", "group"), ("SIGTERM", "process"), ("SIGTERM", "timeout"),
 
 @pytest.mark.parametrize(("name", "how"), STOPS, ids=[f"{n}-{h}" for n, h in STOPS])
 def test_a_stop_keeps_what_is_done_and_resume_runs_only_the_rest(tmp_path, name, how):
+    """Every stop leaves the points done, the running one cancelled and the rest missing,
+    its fabric and cluster gone; the sweep that Ctrl-C stopped is then resumed and runs only
+    what is missing (the files a stop leaves were checked alike for every signal)."""
     signum = getattr(signal, name)
     f = _sweep(tmp_path, 'seeds = [1, 2, 3]\n')
     out = tmp_path / "out"
@@ -229,6 +232,8 @@ def test_a_stop_keeps_what_is_done_and_resume_runs_only_the_rest(tmp_path, name,
     cancelled = {a["id"] for a in first if a["status"] == "cancelled"}
     assert len(cancelled) == 1 and not cancelled & done
     assert json.loads((out / "grid.json").read_text())["counts"]["done"] == len(done)
+    if (name, how) != STOPS[0]:
+        return  # what a stop leaves is the same whatever the signal: resumed once, below
 
     r = subprocess.run(_cli(str(f), "--resume", str(out)), capture_output=True, text=True,
                        timeout=300, cwd=REPO)
