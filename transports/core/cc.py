@@ -173,7 +173,9 @@ class Nscc:
         self.min_cwnd = cfg.min_cwnd or 2 * mtu
         self.max_cwnd = max(cfg.max_cwnd, self.min_cwnd)
         self.cwnd = float(min(self.max_cwnd, max(self.min_cwnd, cfg.init_cwnd or 16 * mtu)))
-        self.cwnd_peak = self.cwnd  # the largest window reached (the run's record)
+        # the largest window before a cut (the run's record): kept where the window falls,
+        # at most once per RTT, not on every ACK that grows it
+        self.cwnd_peak = self.cwnd
         self.bases: dict[int, BaseRtt] = {}  # per EV (learnt base RTTs)
         self.last_rtt = 0.0
         self.last_md = -1.0
@@ -264,18 +266,15 @@ class Nscc:
                 if acked:
                     self.cwnd = min(self.max_cwnd,
                                     self.cwnd + acked * cfg.fi * self.mtu / self.cwnd)
-                    if self.cwnd > self.cwnd_peak:
-                        self.cwnd_peak = self.cwnd
                 return
         if delay <= target:
             if acked:
                 inc = acked * (cfg.fi * self.mtu / self.cwnd
                                + cfg.eta * (target - delay) / max(target, 1e-12))
                 self.cwnd = min(self.max_cwnd, self.cwnd + inc)
-                if self.cwnd > self.cwnd_peak:
-                    self.cwnd_peak = self.cwnd
         elif now - self.last_md >= max(rtt, base):
             md = min(cfg.max_md_jump, cfg.gamma * (delay - target) / delay)
+            self.cwnd_peak = max(self.cwnd_peak, self.cwnd)
             self.cwnd = max(self.min_cwnd, self.cwnd * (1.0 - md))
             self.last_md = now
             self.n_md += 1
@@ -283,7 +282,7 @@ class Nscc:
     def report(self) -> dict[str, float | int | None]:
         """The window's state and what moved it, for a run's record (why a flow went at
         the rate it did): bytes, the base RTT in seconds, and counts of each reaction."""
-        return {"cwnd": round(self.cwnd), "cwnd_peak": round(self.cwnd_peak),
+        return {"cwnd": round(self.cwnd), "cwnd_peak": round(max(self.cwnd_peak, self.cwnd)),
                 "base_rtt": self.base_rtt, "decreases": self.n_md,
                 "quick_adapts": self.n_qa, "on_timeout": self.n_rto, "undone": self.n_undo,
                 "ecn_echoes": self.n_ecn, "ecn_noop": self.n_noop, "trims": self.n_trim}
@@ -291,6 +290,7 @@ class Nscc:
     def quick_adapt(self, now: float) -> None:
         """Cut the window to what the network delivered over the last RTT."""
         achieved = max(self.acked_recent, self.min_cwnd)
+        self.cwnd_peak = max(self.cwnd_peak, self.cwnd)
         if achieved < self.cwnd:
             self.cwnd = float(achieved)
         self.last_qa = self.last_md = now
