@@ -29,13 +29,12 @@ the fields that differ from the settings class's defaults (``plan_config``).
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any
 
+from emu.typedjson import build as _build
+from emu.typedjson import fields as _fields
 from transports import registry
 from transports.core.bound import LossBound
 from transports.core.knobs import settings_from
@@ -47,7 +46,6 @@ __all__ = ["TIMELINE_S", "ConnPlan", "EnginePlan", "HostPlan", "MessagePlan", "S
 TIMELINE_S = 0.01  # a host's goodput timeline: its default sampling period
 STREAM_KINDS = ("send", "recv")
 
-_R = TypeVar("_R")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,7 +182,9 @@ class HostPlan:
 
     @classmethod
     def from_dict(cls, data: object, where: str = "HostPlan") -> HostPlan:
-        obj = _object(data, where)
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where}: must be an object, not {type(data).__name__}")
+        obj = dict(data)
         transport = obj.get("transport")
         if not isinstance(transport, str):
             raise ValueError(f"{where}.transport = {transport!r}: must be one of "
@@ -239,88 +239,3 @@ def decode_plan(data: object) -> HostPlan | EnginePlan:
     if isinstance(data, Mapping) and "hosts" in data:
         return EnginePlan.from_dict(data)
     return HostPlan.from_dict(data)
-
-
-# --------------------------------------------------------------------------------------
-# The codec: records to JSON-able data and back, checked against their type hints
-# --------------------------------------------------------------------------------------
-
-
-def _fields(obj: Any) -> dict[str, Any]:
-    """A record's fields as JSON-able data."""
-    return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-
-
-def _plain(obj: Any) -> Any:
-    """JSON-able data: records to dicts (a record's own ``to_dict``), tuples to lists."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        to_dict = getattr(obj, "to_dict", None)
-        return to_dict() if to_dict is not None else _fields(obj)
-    if isinstance(obj, Mapping):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    return obj
-
-
-def _object(data: object, where: str) -> dict[str, Any]:
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{where}: must be an object, not {type(data).__name__}")
-    return dict(data)
-
-
-def _build(cls: type[_R], data: object, where: str, ready: tuple[str, ...] = ()) -> _R:
-    """A ``cls`` from its fields' data (those in ``ready`` already decoded)."""
-    obj = _object(data, where)
-    hints = typing.get_type_hints(cls)
-    fields = dataclasses.fields(cast(Any, cls))
-    names = [f.name for f in fields]
-    unknown = sorted(set(obj) - set(names))
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {unknown}; keys are {names}")
-    required = [f.name for f in fields if f.default is dataclasses.MISSING
-                and f.default_factory is dataclasses.MISSING]
-    missing = [k for k in required if k not in obj]
-    if missing:
-        raise ValueError(f"{where}: required keys {missing} missing; keys are {names}")
-    args = {k: v if k in ready else _value(hints[k], v, f"{where}.{k}") for k, v in obj.items()}
-    try:
-        return cls(**args)
-    except (TypeError, ValueError) as e:  # a rule of the record (its __post_init__)
-        raise ValueError(f"{where}: {e}") from None
-
-
-def _value(tp: Any, v: Any, where: str) -> Any:
-    """``v`` (decoded JSON) as type ``tp``: the inverse of ``_plain``."""
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return v
-    if origin in (typing.Union, types.UnionType):
-        options = [a for a in typing.get_args(tp) if a is not type(None)]
-        if v is None:
-            return None  # every union here is ``X | None``
-        return _value(options[0], v, where)
-    if dataclasses.is_dataclass(tp):
-        from_dict = getattr(tp, "from_dict", None)
-        if from_dict is not None:
-            return from_dict(v, where)
-        return _build(cast(type, tp), v, where)
-    if origin is tuple:
-        if not isinstance(v, list | tuple):
-            raise ValueError(f"{where} = {v!r}: must be an array")
-        item = typing.get_args(tp)[0]
-        return tuple(_value(item, x, f"{where}[{i}]") for i, x in enumerate(v))
-    if origin in (Mapping, dict):
-        if not isinstance(v, Mapping):
-            raise ValueError(f"{where} = {v!r}: must be an object")
-        _, vt = typing.get_args(tp)
-        return {str(k): _value(vt, x, f"{where}[{k}]") for k, x in v.items()}
-    if tp is float:
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            return float(v)
-    elif tp is int or tp is str or tp is bool:
-        if type(v) is tp:
-            return v
-    else:
-        raise TypeError(f"{where}: no decoding for {tp!r}")  # a record definition's bug
-    raise ValueError(f"{where} = {v!r}: must be {getattr(tp, '__name__', tp)}")
