@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar, cast
 
-__all__ = ["build", "fields", "plain", "value"]
+__all__ = ["build", "fields", "obj", "plain", "value"]
 
 _R = TypeVar("_R")
 
@@ -39,10 +39,16 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def build(cls: type[_R], data: object, where: str, ready: tuple[str, ...] = ()) -> _R:
-    """A ``cls`` from its fields' data (those named in ``ready`` already decoded)."""
+def obj(data: object, where: str) -> dict[str, Any]:
+    """``data`` as a dict, or a ValueError saying it is not an object."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{where}: must be an object, not {type(data).__name__}")
+    return dict(data)
+
+
+def build(cls: type[_R], data: object, where: str, ready: tuple[str, ...] = ()) -> _R:
+    """A ``cls`` from its fields' data (those named in ``ready`` already decoded)."""
+    data = obj(data, where)
     hints = typing.get_type_hints(cls)
     declared = dataclasses.fields(cast(Any, cls))
     names = [f.name for f in declared]

@@ -35,6 +35,7 @@ from typing import Any
 
 from emu.typedjson import build as _build
 from emu.typedjson import fields as _fields
+from emu.typedjson import obj as _obj
 from transports import registry
 from transports.core.bound import LossBound
 from transports.core.knobs import settings_from
@@ -45,7 +46,6 @@ __all__ = ["TIMELINE_S", "ConnPlan", "EnginePlan", "HostPlan", "MessagePlan", "S
 
 TIMELINE_S = 0.01  # a host's goodput timeline: its default sampling period
 STREAM_KINDS = ("send", "recv")
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,9 +182,7 @@ class HostPlan:
 
     @classmethod
     def from_dict(cls, data: object, where: str = "HostPlan") -> HostPlan:
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{where}: must be an object, not {type(data).__name__}")
-        obj = dict(data)
+        obj = _obj(data, where)
         transport = obj.get("transport")
         if not isinstance(transport, str):
             raise ValueError(f"{where}.transport = {transport!r}: must be one of "

@@ -130,14 +130,14 @@ def _checked(res: TransferResult, what: str) -> TransferResult:
 
 
 def through(fab: Fabric, system: str, kind: str, rep: int, clean_s: float,
-            plan: TransferPlan, timing_s: float | None = None) -> TransferRun:
+            plan: TransferPlan, timing_s: float) -> TransferRun:
     """One transfer of ``system`` through a failure of ``kind`` fired at ``fire_at`` of
-    ``timing_s`` (default ``clean_s``, the clean run the time lost is counted against) and
-    restored ``outage_s`` later."""
+    ``timing_s`` and restored ``outage_s`` later; its time lost counts against
+    ``clean_s``."""
     spec = fab.spec
     assert isinstance(spec, MultiPlaneClos)  # claim 1 runs on one DC
     src, dst, leaves = endpoints(spec)
-    fire_s = max(SAMPLE_S, plan.fire_at * (clean_s if timing_s is None else timing_s))
+    fire_s = max(SAMPLE_S, plan.fire_at * timing_s)
     state: dict = {}
 
     def fire(t0: float) -> None:
