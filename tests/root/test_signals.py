@@ -121,7 +121,8 @@ def test_a_full_port_trims_before_its_fifo_drops(rate: float) -> None:
     queue as data) into one port, each at its link rate: the port trims, its FIFO drops
     none of it (the FIFO counts bytes, as the program's buffer does: 24 frames of bytes
     hold hundreds of small packets), every trimmable packet reaches the receiver whole
-    or as its header, and HTB charges a trimmed header its own length."""
+    or as its header, every probe the program did not drop arrives, and HTB charges a
+    trimmed header its own length."""
     link = LinkSpec(rate_mbit=rate, queue_packets=24)
     spec = MultiPlaneClos(planes=1, spines=1, leaves=1, hosts_per_leaf=4, host_link=link,
                           fabric_link=link)
@@ -174,9 +175,11 @@ def test_a_full_port_trims_before_its_fifo_drops(rate: float) -> None:
     # every trimmable packet arrived, whole or as its header; the FIFO dropped nothing
     assert sorted((h.conn, h.psn) for h in data) == sorted((7, j) for j in range(n) for _ in "ab")
     assert fifo.drops == 0, (fifo, port)
-    # what the program dropped were probes that did not fit: the rest arrived
+    # what the program dropped were probes that did not fit, and the rest arrived; whether
+    # any probe met a buffer too full for its few bytes depends on how the three senders
+    # interleave, so a count of none is as valid as some
     probes = sum(1 for h in got if h.kind == wire.PROBE)
-    assert port.dropped > 0 and probes == sent[2][0] - port.dropped, (probes, sent[2], port)
+    assert probes == sent[2][0] - port.dropped, (probes, sent[2], port)
     # the control class carried only the trimmed headers, charged at their own length
     assert ctrl == (len(trimmed), len(trimmed) * (14 + 40 + 8 + wire.HEADER_LEN)), ctrl
 
