@@ -67,6 +67,9 @@ class FailureKind:
     protocol, with defaults. ``kind`` names the kind in records (``"link_down"``)."""
 
     kind: ClassVar[str]
+    # its ``links`` are down, all of them, while it is active (a cut, not an impairment):
+    # what the fabric can still carry is known before the run (topologies/flow_bound.py)
+    takes_down: ClassVar[bool] = False
 
     def supports(self, spec: Topology) -> str | None:
         """None if this kind can run on fabrics like ``spec``, else why not."""

@@ -53,6 +53,8 @@ def _links_of_switch(spec: Topology, switch: str) -> tuple[Link, ...]:
 class _Cut(FailureKind):
     """A failure whose ``links`` go down while it is active."""
 
+    takes_down: ClassVar[bool] = True
+
     def apply(self, fab: Fabric) -> object:
         ports.set_links(fab, self.links(fab.spec), up=False)
         return None

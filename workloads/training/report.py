@@ -17,6 +17,7 @@ from topologies.timescale import TimeScale
 from workloads.experiment import Experiment
 from workloads.training import plots
 from workloads.training.burst_pairs import pair_lines
+from workloads.training.fabric_bound import comm_bounds
 from workloads.training.overruns import overrun_stats
 from workloads.training.results import ResultsWriter, read_jsonl
 from workloads.training.summary import (
@@ -39,9 +40,10 @@ def report(out_dir: Path, exp: Experiment, labels: list[str],
     reps = max((r.get("rep", 0) for r in records if r.get("type") == "job_step"),
                default=-1) + 1
     summaries = []
+    bounds = comm_bounds(exp)
     for label in labels:
         for rep in range(reps):
-            s = summarize_workload(records, label, rep, exp.workload)
+            s = summarize_workload(records, label, rep, exp.workload, bounds)
             if s["steps"]:
                 stats = overrun_stats(records, label, rep)
                 if stats is not None:
@@ -61,6 +63,8 @@ def report(out_dir: Path, exp: Experiment, labels: list[str],
     kinds = [k[:-len("_worst_ms")] for s in summaries for k in s if k.endswith("_worst_ms")]
     cols = ["label", "rep", "steps", "train_s", "healthy_step_ms", "exposed_comm_ms_median"]
     for k in dict.fromkeys(kinds):
+        if k in bounds:  # the fabric's own limit through it, beside what the steps took
+            cols += [f"{k}_median_ms", f"{k}_step_at_bound_ms"]
         cols += [f"{k}_worst_ms", f"{k}_lost_s"]
     cols += ["time_to_target_s", "final_" + metric]
     if any("overrun_fraction" in s for s in summaries):
@@ -71,10 +75,15 @@ def report(out_dir: Path, exp: Experiment, labels: list[str],
         cols += ["burst_drops", "burst_delay_only"]
     say(plots.comparison_table([{c: s.get(c) for c in cols} for s in summaries]))
     if reps > 1:
-        worst = [f"{k}_worst_ms" for k in dict.fromkeys(kinds)]
+        worst = [f"{k}_{m}_ms" for k in dict.fromkeys(kinds)
+                 for m in (("median", "worst") if k in bounds else ("worst",))]
         say(repetitions_table(summaries, cols, ["time_to_target_s", *worst]))
     for line in pair_lines(records, labels):
         say(line)
+    for kind, r in bounds.items():
+        say(f"{kind}: the fabric leaves the ring's transfers {r:.3g}x their healthy least time "
+            f"(cuts of the fabric, topologies/flow_bound.py); {kind}_step_at_bound_ms is the "
+            "healthy step with its exposed communication stretched by that")
     meta = next((r for r in records if r.get("type") == "meta" and r.get("time_scale")), None)
     if meta is not None:
         ts = meta["time_scale"]

@@ -28,8 +28,15 @@ def _of(records: Iterable[Mapping[str, Any]], kind: str, label: str, rep: int) -
 
 def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
               metric: str = "accuracy", target: float | None = None,
-              higher_is_better: bool = True) -> dict:
-    """Step times, exposed communication, failure stalls and time to target of one run."""
+              higher_is_better: bool = True,
+              bounds: Mapping[str, float] | None = None) -> dict:
+    """Step times, exposed communication, failure stalls and time to target of one run.
+
+    ``bounds``: per failure kind, how many times longer the fabric forces the
+    communication to take while it holds (workloads/training/fabric_bound.py); each gives
+    ``<kind>_comm_bound`` and ``<kind>_step_at_bound_ms``, the healthy step with its
+    exposed communication stretched by it (what a transport that loses nothing to the
+    failure but the capacity reaches, where the communication is bandwidth-bound)."""
     steps = sorted(_of(records, "job_step", label, rep), key=lambda r: r["step"])
     evals = sorted(_of(records, "eval", label, rep), key=lambda r: r["step"])
     events = _of(records, "event", label, rep)
@@ -52,6 +59,8 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
     healthy = [r[key] for r in steps if not overlaps(r)]
     hit = [r for r in steps if overlaps(r)]
     med = statistics.median(healthy) if healthy else None
+    healthy_comm = ([r["exposed_comm_s"] for r in steps if not overlaps(r)]
+                    if all("exposed_comm_s" in r for r in steps) else [])
     # each failure step's excess over the run's healthy median (never negative), by step
     excess = {r["step"]: max(0.0, r[key] - med) for r in hit} if med is not None else {}
     out.update(
@@ -62,11 +71,14 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
         healthy_step_ms=_ms(med),
         compute_ms_median=_ms(statistics.median(r["compute_s"] for r in steps)),
         exposed_comm_ms_median=_ms(statistics.median(r["exposed_comm_s"] for r in steps)),
+        healthy_exposed_comm_ms=_ms(statistics.median(healthy_comm)) if healthy_comm else None,
         failure_step_ms_median=_ms(statistics.median(r[key] for r in hit)) if hit else None,
         failure_step_ms_max=_ms(max(r[key] for r in hit)) if hit else None,
         failure_lost_s=round(sum(excess.values()), 4) if excess else None,
         delivered_min=min(r.get("delivered", 1.0) for r in steps),
         **_per_kind(steps, windows, med, key),
+        **_at_bound(bounds or {}, {w.kind for w in windows}, med,
+                    statistics.median(healthy_comm) if healthy_comm else None),
         lost_entries=sum(r.get("lost_entries", 0) for r in steps),
     )
     if any(r.get("tolerance") is not None for r in steps):  # bounded-loss (DBLP) rounds
@@ -104,14 +116,28 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
 
 def _per_kind(steps: list[dict], windows: list, healthy: float | None,
               key: str = "step_s") -> dict:
-    """Worst step and time lost per kind of failure (windows of one kind merged):
-    ``<kind>_worst_ms``, ``<kind>_lost_s``."""
+    """Median and worst step and time lost per kind of failure (windows of one kind
+    merged): ``<kind>_median_ms``, ``<kind>_worst_ms``, ``<kind>_lost_s``."""
     out: dict[str, Any] = {}
     for kind in dict.fromkeys(w.kind for w in windows):
         hit = [r for r in steps if any(w.kind == kind and w.overlaps(r) for w in windows)]
+        out[f"{kind}_median_ms"] = _ms(statistics.median(r[key] for r in hit)) if hit else None
         out[f"{kind}_worst_ms"] = _ms(max(r[key] for r in hit)) if hit else None
         out[f"{kind}_lost_s"] = (round(sum(max(0.0, r[key] - healthy) for r in hit), 4)
                                  if hit and healthy is not None else None)
+    return out
+
+
+def _at_bound(bounds: Mapping[str, float], kinds: set[str], healthy: float | None,
+              comm: float | None) -> dict:
+    """``<kind>_comm_bound`` and ``<kind>_step_at_bound_ms`` of each kind that ran."""
+    out: dict[str, Any] = {}
+    for kind in sorted(kinds & set(bounds)):
+        out[f"{kind}_comm_bound"] = round(bounds[kind], 4)
+        out[f"{kind}_step_at_bound_ms"] = (
+            _ms(healthy + comm * (bounds[kind] - 1.0))
+            if healthy is not None and comm is not None and bounds[kind] != float("inf")
+            else None)
     return out
 
 
@@ -127,10 +153,11 @@ def target_of(workload: Any) -> tuple[str, float | None, bool]:
 
 
 def summarize_workload(records: Sequence[Mapping[str, Any]], label: str, rep: int,
-                       workload: Any) -> dict:
+                       workload: Any, bounds: Mapping[str, float] | None = None) -> dict:
     """``summarize`` with the metric and target of ``workload`` (a WorkloadConfig)."""
     metric, target, higher = target_of(workload)
-    return summarize(records, label, rep, metric, target, higher_is_better=higher)
+    return summarize(records, label, rep, metric, target, higher_is_better=higher,
+                     bounds=bounds)
 
 
 def aggregate(summaries: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -161,3 +161,22 @@ def test_the_repetitions_table_calls_a_paired_difference_by_its_name():
     assert ("time_to_target_s: mrc 4.230 vs rc 4.700: differ beyond the paired spread (the "
             "ranges overlap; every repetition orders them the same way) (paired 0.90, 0.90, "
             "0.90)") in text.splitlines()
+
+
+def test_a_failure_the_fabric_bounds_is_set_against_the_healthy_step_stretched() -> None:
+    # 10 ms steps of which 4 ms exposed communication; through the cut the steps take
+    # 15 ms; the fabric leaves the transfers 1.5x: the step at the bound is 10 + 4 * 0.5
+    steps = [{"type": "job_step", "label": "x", "rep": 0, "step": i, "t_s": 0.01 * (i + 1),
+              "step_s": 0.015 if 4 <= i <= 6 else 0.010, "compute_s": 0.006,
+              "exposed_comm_s": 0.009 if 4 <= i <= 6 else 0.004} for i in range(12)]
+    events = [{"type": "event", "label": "x", "rep": 0, "action": a, "kind": "link_down",
+               "link": "a-b", "t_s": t, "fired": t} for a, t in (("apply", 0.041),
+                                                                 ("restore", 0.069))]
+    s = summarize(steps + events, "x", 0, bounds={"link_down": 1.5, "plane_down": 2.0})
+    assert s["healthy_step_ms"] == 10.0 and s["healthy_exposed_comm_ms"] == 4.0
+    assert s["link_down_median_ms"] == 15.0 and s["link_down_comm_bound"] == 1.5
+    assert s["link_down_step_at_bound_ms"] == 12.0
+    assert "plane_down_comm_bound" not in s  # no such failure ran
+    assert "link_down_comm_bound" not in summarize(steps + events, "x", 0)
+    cut = summarize(steps + events, "x", 0, bounds={"link_down": float("inf")})
+    assert cut["link_down_step_at_bound_ms"] is None  # no path left: no step to set against
