@@ -14,6 +14,7 @@ run time.
 
 from __future__ import annotations
 
+from emu.timeline import Restore
 from topologies import MultiPlaneClos
 from topologies.flow_bound import ring_flows, slowdown
 from workloads.experiment import Experiment
@@ -33,9 +34,9 @@ def comm_bounds(exp: Experiment) -> dict[str, float]:
     for ev in exp.events:
         f = ev.action
         # a restore, an impairment, or a failure that picks its links at run time: no bound
-        if not getattr(f, "takes_down", False):
+        if isinstance(f, Restore) or not getattr(f, "takes_down", False):
             continue
-        kind = f.kind  # type: ignore[union-attr]
-        down = {lk.name for lk in f.links(spec)}  # type: ignore[union-attr]
+        kind: str = getattr(f, "kind", type(f).__name__)
+        down = {lk.name for lk in f.links(spec)}
         out[kind] = max(out.get(kind, 0.0), slowdown(spec, flows, down))
     return out

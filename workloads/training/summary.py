@@ -63,6 +63,8 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
                     if all("exposed_comm_s" in r for r in steps) else [])
     # each failure step's excess over the run's healthy median (never negative), by step
     excess = {r["step"]: max(0.0, r[key] - med) for r in hit} if med is not None else {}
+    per_kind = _per_kind(steps, windows, med, key)
+    kinds = {w.kind for w in windows}
     out.update(
         step_time="modelled compute + exposed communication" if modelled else "wall clock",
         train_s=round(clock, 4),
@@ -76,9 +78,10 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
         failure_step_ms_max=_ms(max(r[key] for r in hit)) if hit else None,
         failure_lost_s=round(sum(excess.values()), 4) if excess else None,
         delivered_min=min(r.get("delivered", 1.0) for r in steps),
-        **_per_kind(steps, windows, med, key),
-        **_at_bound(bounds or {}, {w.kind for w in windows}, med,
-                    statistics.median(healthy_comm) if healthy_comm else None),
+        **per_kind,
+        # only a kind some step ran through: the bound is set against those steps
+        **_at_bound(bounds or {}, {k for k in kinds if per_kind[f"{k}_median_ms"] is not None},
+                    med, statistics.median(healthy_comm) if healthy_comm else None),
         lost_entries=sum(r.get("lost_entries", 0) for r in steps),
     )
     if any(r.get("tolerance") is not None for r in steps):  # bounded-loss (DBLP) rounds

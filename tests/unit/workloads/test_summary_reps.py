@@ -180,3 +180,6 @@ def test_a_failure_the_fabric_bounds_is_set_against_the_healthy_step_stretched()
     assert "link_down_comm_bound" not in summarize(steps + events, "x", 0)
     cut = summarize(steps + events, "x", 0, bounds={"link_down": float("inf")})
     assert cut["link_down_step_at_bound_ms"] is None  # no path left: no step to set against
+    late = [{**e, "t_s": e["t_s"] + 1, "fired": e["fired"] + 1} for e in events]
+    after = summarize(steps + late, "x", 0, bounds={"link_down": 1.5})
+    assert after["link_down_median_ms"] is None and "link_down_comm_bound" not in after
