@@ -18,12 +18,16 @@ No transport, however it sprays, can move the flows faster. The cuts, per direct
 - **a pair of racks**: the flows from one to the other over what a single commodity
   could carry between them, per plane ``min(NICs out, sum over spines of
   min(up link, down link), NICs in)``: a spine reachable from one leaf but not from the
-  other carries nothing between them.
+  other carries nothing between them (paths climb once and descend once: hosts do not
+  forward, and no path turns back up at a leaf);
+- **a pair of hosts**: the flows between them over what they could carry alone, per
+  plane ``min(NIC out, NIC in, the spines' paths across racks)``: a flow whose hosts
+  share no plane that is up takes for ever.
 
 On a healthy Clos with full bisection the bound is the NICs' and is reached, so
 ``slowdown`` (the bound with ``down`` over the healthy one) is how much slower the flows
-must be through the failure. It is a lower bound on the time with the failure: another
-cut could be tighter (it is exact for a cut leaf-spine link, a dead spine or plane).
+must be through the failure. It is a lower bound on the time with the failure, not
+always the least time itself: another cut (or no cut) can be tighter.
 """
 
 from __future__ import annotations
@@ -82,11 +86,11 @@ class _Fabric:
 
     def between(self, a: Collection[str], ra: int, b: Collection[str], rb: int) -> float:
         """The most a single commodity can carry from hosts ``a`` (rack ``ra``) to hosts
-        ``b`` (rack ``rb``, another rack)."""
+        ``b`` (rack ``rb``; within one rack the leaf alone joins them)."""
         spec = self.spec
         return sum(min(sum(self.nic[(h, p)] for h in a),
                        sum(min(self.fabric[(p, ra, s)], self.fabric[(p, rb, s)])
-                           for s in range(spec.spines)),
+                           for s in range(spec.spines)) if ra != rb else math.inf,
                        sum(self.nic[(h, p)] for h in b))
                    for p in range(spec.planes))
 
@@ -111,12 +115,20 @@ def least_time(spec: MultiPlaneClos, flows: Sequence[Flow],
                                     f"{spec.hosts[0].name}..{spec.hosts[-1].name}")
     flows = [(s, d) for s, d in flows if s != d]
     worst = 0.0
-    for end in (0, 1):  # 0: a cut's flows leave it, 1: they enter it
+    for end in (0, 1):  # a host's NICs; 0: a cut's flows leave it, 1: they enter it
         by_host: dict[str, int] = {}
         for f in flows:
             by_host[f[end]] = by_host.get(f[end], 0) + 1
         for h, count in by_host.items():
             worst = max(worst, _ratio(count, fab.nics(h)))
+    by_pair: dict[Flow, int] = {}  # a pair of hosts
+    for f in flows:
+        by_pair[f] = by_pair.get(f, 0) + 1
+    for (s, d), count in by_pair.items():
+        rs, rd = rack[s], rack[d]
+        assert rs is not None and rd is not None
+        worst = max(worst, _ratio(count, fab.between([s], rs, [d], rd)))
+    for end in (0, 1):  # a rack with its leaves of any set of planes
         for r in range(spec.leaves):
             members = [h.name for h in spec.hosts if h.rack == r]
             off = [f for f in flows if rack[f[end]] == r and rack[f[1 - end]] != r]
@@ -124,7 +136,7 @@ def least_time(spec: MultiPlaneClos, flows: Sequence[Flow],
             for group in (members, busy):
                 if group:
                     worst = max(worst, _ratio(len(off), fab.rack_out(group, r)))
-    pairs: dict[tuple[int, int], list[Flow]] = {}
+    pairs: dict[tuple[int, int], list[Flow]] = {}  # a pair of racks
     for s, d in flows:
         rs, rd = rack[s], rack[d]
         assert rs is not None and rd is not None

@@ -6,7 +6,10 @@ transport does (topologies/flow_bound.py: the cuts' bound on the rank-order ring
 flows, each neighbour sending the same volume). A run's summary sets its steps through
 the failure against the healthy step stretched by it (workloads/training/summary.py).
 
-Only what the bound describes gets one: a ring collective on one Clos, and failures
+Each failure is bounded alone, and a kind gets the largest of its failures' bounds:
+failures that overlap in time are not combined (their joint slowdown is larger), and a
+milder failure of a kind that also had a severe one is set against the severe one's
+bound. Only what the bound describes gets one: a ring collective on one Clos, and failures
 whose links are known before the run (a cut link, a dead switch or plane); none for a
 pipeline, a hierarchical collective, several DCs, or a failure that picks its link at
 run time.

@@ -36,7 +36,9 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
     communication to take while it holds (workloads/training/fabric_bound.py); each gives
     ``<kind>_comm_bound`` and ``<kind>_step_at_bound_ms``, the healthy step with its
     exposed communication stretched by it (what a transport that loses nothing to the
-    failure but the capacity reaches, where the communication is bandwidth-bound)."""
+    failure but the capacity reaches, where the communication is bandwidth-bound: latency
+    does not stretch with a thinner fabric, and communication the compute hid may come
+    out). A bound of inf (a flow with no path left) has no step and is recorded as null."""
     steps = sorted(_of(records, "job_step", label, rep), key=lambda r: r["step"])
     evals = sorted(_of(records, "eval", label, rep), key=lambda r: r["step"])
     events = _of(records, "event", label, rep)

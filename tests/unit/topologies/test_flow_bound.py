@@ -59,6 +59,10 @@ def test_a_flow_without_a_path_takes_for_ever_and_a_failure_beside_it_nothing() 
     assert least_time(CUT, [("h0", "h2")], nics) == math.inf
     assert slowdown(CUT, [("h0", "h1")], {"p0l1-p0s0"}) == 1.0
     assert slowdown(CUT, [], {"p0l1-p0s0"}) == 1.0
+    # hosts that share no plane that is up, within a rack and across racks (a second flow
+    # of the same racks widens what the rack pair could carry, not what this pair can)
+    assert least_time(CUT, [("h0", "h1")], {"h0-p0l0", "h1-p1l0"}) == math.inf
+    assert least_time(CUT, [("h0", "h2"), ("h1", "h3")], {"h0-p0l0", "h2-p1l1"}) == math.inf
 
 
 def test_the_bound_never_falls_when_links_go_down() -> None:
