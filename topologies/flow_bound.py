@@ -107,7 +107,7 @@ def least_time(spec: MultiPlaneClos, flows: Sequence[Flow],
     flows at once, with the links named in ``down`` gone (inf: some flow has no path);
     0.0 for no flow that leaves its host."""
     fab = _Fabric(spec, down)
-    rack = {h.name: h.rack for h in spec.hosts}
+    rack = {h.name: spec.rack_of(h.name) for h in spec.hosts}
     for src, dst in flows:
         for h in (src, dst):
             if h not in rack:
@@ -115,34 +115,28 @@ def least_time(spec: MultiPlaneClos, flows: Sequence[Flow],
                                     f"{spec.hosts[0].name}..{spec.hosts[-1].name}")
     flows = [(s, d) for s, d in flows if s != d]
     worst = 0.0
-    for end in (0, 1):  # a host's NICs; 0: a cut's flows leave it, 1: they enter it
-        by_host: dict[str, int] = {}
+    for end in (0, 1):  # 0: a cut's flows leave it, 1: they enter it
+        by_host: dict[str, int] = {}  # a host's NICs
         for f in flows:
             by_host[f[end]] = by_host.get(f[end], 0) + 1
         for h, count in by_host.items():
             worst = max(worst, _ratio(count, fab.nics(h)))
-    by_pair: dict[Flow, int] = {}  # a pair of hosts
-    for f in flows:
-        by_pair[f] = by_pair.get(f, 0) + 1
-    for (s, d), count in by_pair.items():
-        rs, rd = rack[s], rack[d]
-        assert rs is not None and rd is not None
-        worst = max(worst, _ratio(count, fab.between([s], rs, [d], rd)))
-    for end in (0, 1):  # a rack with its leaves of any set of planes
-        for r in range(spec.leaves):
-            members = [h.name for h in spec.hosts if h.rack == r]
+        for r in range(spec.leaves):  # a rack with its leaves of any set of planes
+            members = [h for h, hr in rack.items() if hr == r]
             off = [f for f in flows if rack[f[end]] == r and rack[f[1 - end]] != r]
             busy = sorted({f[end] for f in off})
             for group in (members, busy):
                 if group:
                     worst = max(worst, _ratio(len(off), fab.rack_out(group, r)))
-    pairs: dict[tuple[int, int], list[Flow]] = {}  # a pair of racks
+    by_pair: dict[Flow, int] = {}  # a pair of hosts
+    racks: dict[tuple[int, int], list[Flow]] = {}  # a pair of racks
     for s, d in flows:
-        rs, rd = rack[s], rack[d]
-        assert rs is not None and rd is not None
-        if rs != rd:
-            pairs.setdefault((rs, rd), []).append((s, d))
-    for (rs, rd), group_flows in pairs.items():
+        by_pair[(s, d)] = by_pair.get((s, d), 0) + 1
+        if rack[s] != rack[d]:
+            racks.setdefault((rack[s], rack[d]), []).append((s, d))
+    for (s, d), count in by_pair.items():
+        worst = max(worst, _ratio(count, fab.between([s], rack[s], [d], rack[d])))
+    for (rs, rd), group_flows in racks.items():
         a = sorted({s for s, _ in group_flows})
         b = sorted({d for _, d in group_flows})
         worst = max(worst, _ratio(len(group_flows), fab.between(a, rs, b, rd)))

@@ -58,15 +58,15 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
     def overlaps(r: Mapping[str, Any]) -> bool:
         return any(w.overlaps(r) for w in windows)
 
-    healthy = [r[key] for r in steps if not overlaps(r)]
+    healthy_steps = [r for r in steps if not overlaps(r)]
+    healthy = [r[key] for r in healthy_steps]
     hit = [r for r in steps if overlaps(r)]
     med = statistics.median(healthy) if healthy else None
-    healthy_comm = ([r["exposed_comm_s"] for r in steps if not overlaps(r)]
-                    if all("exposed_comm_s" in r for r in steps) else [])
+    healthy_comm = (statistics.median(r["exposed_comm_s"] for r in healthy_steps)
+                    if healthy_steps else None)
     # each failure step's excess over the run's healthy median (never negative), by step
     excess = {r["step"]: max(0.0, r[key] - med) for r in hit} if med is not None else {}
     per_kind = _per_kind(steps, windows, med, key)
-    kinds = {w.kind for w in windows}
     out.update(
         step_time="modelled compute + exposed communication" if modelled else "wall clock",
         train_s=round(clock, 4),
@@ -75,15 +75,16 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
         healthy_step_ms=_ms(med),
         compute_ms_median=_ms(statistics.median(r["compute_s"] for r in steps)),
         exposed_comm_ms_median=_ms(statistics.median(r["exposed_comm_s"] for r in steps)),
-        healthy_exposed_comm_ms=_ms(statistics.median(healthy_comm)) if healthy_comm else None,
+        healthy_exposed_comm_ms=_ms(healthy_comm),
         failure_step_ms_median=_ms(statistics.median(r[key] for r in hit)) if hit else None,
         failure_step_ms_max=_ms(max(r[key] for r in hit)) if hit else None,
         failure_lost_s=round(sum(excess.values()), 4) if excess else None,
         delivered_min=min(r.get("delivered", 1.0) for r in steps),
         **per_kind,
         # only a kind some step ran through: the bound is set against those steps
-        **_at_bound(bounds or {}, {k for k in kinds if per_kind[f"{k}_median_ms"] is not None},
-                    med, statistics.median(healthy_comm) if healthy_comm else None),
+        **_at_bound(bounds or {}, {w.kind for w in windows
+                                   if per_kind[f"{w.kind}_median_ms"] is not None},
+                    med, healthy_comm),
         lost_entries=sum(r.get("lost_entries", 0) for r in steps),
     )
     if any(r.get("tolerance") is not None for r in steps):  # bounded-loss (DBLP) rounds
