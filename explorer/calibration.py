@@ -25,7 +25,9 @@ What each number is (v2; see workloads/calibration/record.py for how it is measu
 * ``tail``: P99 round latency under microbursts / P50 healthy, against burst length in
   RTTs and burst excess over the switch buffer, with the healthy P50 in RTTs.
 * ``recovery_rtts`` / ``recovery_rtos``: time a transport loses to a path failure,
-  control-plane convergence excluded, in RTTs and in retransmission timeouts.
+  control-plane convergence and the wait for the retry that got through after it
+  excluded (the explorer models both at full scale: explorer/failures.py), in RTTs and
+  in retransmission timeouts.
 * DBLP: the delivered fraction of bounded rounds, their tail inflation, and the ratio of
   steps to a target (with / without DBLP) at the measured tolerance.
 
@@ -157,6 +159,10 @@ class TransportCal:
     rtt_s: float | None = None
     payload_bytes: int | None = None
     line_rate_mbit: float | None = None  # the calibration fabric's host links
+    # The switch ports its eta was measured on and what they did (the record's
+    # ``switches``: "ecn+trim ports (tc-bpf): 2.39 % of 340426 packets marked, 0.0185 %
+    # trimmed, 0.192 % dropped"), or None
+    switches: str | None = None
     source: str = ""
     notes: tuple[str, ...] = ()
 
@@ -392,6 +398,10 @@ def _parse_v2(doc: Mapping[str, Any], where: str
         f: dict[str, Any] = {"source": where, "notes": tuple(t.get("excluded") or ())}
         eta_doc = t.get("eta") or {}
         eta = _interval(eta_doc, f"{w}.eta")
+        if eta is not None:
+            # the ports this eta was measured on (a record without an eta, read over
+            # another, leaves the other's eta and ports together)
+            f["switches"] = _switches(t.get("switches"))
         reg = t.get("regime") or {}
         rw = f"{w}.regime"
         if eta is not None:
@@ -433,6 +443,19 @@ def _parse_v2(doc: Mapping[str, Any], where: str
                     f["recovery_rtos"] = Interval.exact(rtos)
         out[name] = f
     return out, dblp, notes
+
+
+def _switches(sw: Any) -> str | None:
+    """A record's ``switches`` section in one line (None: an older record without it)."""
+    if not isinstance(sw, Mapping) or not sw.get("packets"):
+        return None
+
+    def pct(k: str) -> str:
+        v = sw.get(k)
+        return "?" if v is None else f"{100 * v:.3g} %"
+    return (f"{sw.get('signals')} ports ({sw.get('mechanism')}): {pct('marked_fraction')} "
+            f"of {sw['packets']} packets marked, {pct('trimmed_fraction')} trimmed, "
+            f"{pct('dropped_fraction')} dropped")
 
 
 def _overhead_frames(overhead: Interval, regime: Mapping[str, Any], eta: Mapping[str, Any],

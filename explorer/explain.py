@@ -13,6 +13,7 @@ import numpy as np
 
 from explorer.calibration import Calibration
 from explorer.columns import config_columns
+from explorer.failures import convergence_s, first_retry
 from explorer.model import calibration_arrays, step
 from explorer.model_network import network
 from explorer.model_structure import derive
@@ -67,7 +68,8 @@ def explain(cfg: Config, cal: Calibration) -> list[Explained]:
     rows.append(Explained(
         f"{name} bandwidth efficiency eta", f"{_f(tc.eta.value)} [{_f(tc.eta.lo)}, "
         f"{_f(tc.eta.hi)}]", f"messages of {_f(mbdp.lo) if mbdp else '?'}-"
-        f"{_f(mbdp.hi) if mbdp else '?'} BDP, fit t = a + S / (eta B)",
+        f"{_f(mbdp.hi) if mbdp else '?'} BDP, fit t = a + S / (eta B)"
+        + (f"; {tc.switches}" if tc.switches else ""),
         "a fraction of the binding rate: the same fraction of the full-scale NIC",
         f"{_f(fab.nic_gbit * _v(net, 'lanes') * tc.eta.value)} Gbit/s of a "
         f"{_f(fab.nic_gbit)} Gbit/s NIC", flag(1)))
@@ -126,15 +128,19 @@ def explain(cfg: Config, cal: Calibration) -> list[Explained]:
             f"{_f((rec.value if rec else 0) * fab.rtt_us)} us per failure"
     else:
         net_cfg = cfg.network
-        conv = (net_cfg.bfd_interval_ms * net_cfg.bfd_multiplier + net_cfg.bgp_update_ms
-                + net_cfg.fib_update_ms) / 1000
+        conv = convergence_s(net_cfg.bfd_interval_ms, net_cfg.bfd_multiplier,
+                             net_cfg.bgp_update_ms, net_cfg.fib_update_ms)
         rto = (net_cfg.tcp_rto_ms if name == "tcp" else net_cfg.rc_rto_ms) / 1000
-        rlaw = ("max(control-plane convergence, full-scale RTO) + the measured residue in "
-                "RTTs")
-        full = f"{_f(max(conv, rto))} s + {_f((rec.value if rec else 0) * fab.rtt_us)} us"
+        timer = ("doubling from the minimum RTO: retries at 1, 3, 7 RTOs" if name == "tcp"
+                 else "every local ACK timeout")
+        rlaw = ("the first retry at or after control-plane convergence on the full-scale "
+                f"timer ({timer}) + the measured restart in RTTs")
+        retry = first_retry(conv, rto, name == "tcp")
+        full = f"{_f(retry)} s + {_f((rec.value if rec else 0) * fab.rtt_us)} us"
     rows.append(Explained(
         f"{name} recovery from a link cut", f"{_f(rec.value)} RTTs" if rec else "not measured",
-        "one leaf-spine link cut under a transfer (convergence excluded)", rlaw, full, ""))
+        "one leaf-spine link cut under a transfer (convergence and the wait for the retry "
+        "that got through excluded)", rlaw, full, ""))
     if cfg.schedule.dblp_tolerance > 0 and name == "mrc" and cal.dblp is not None:
         dc = cal.dblp
         rows.append(Explained(

@@ -13,16 +13,19 @@ checkpoint, a segment of tau seconds of work takes M e^(R/M) (e^((tau + delta)/M
 on the wall clock (Daly 2006, eq. 13): the fraction lost is 1 - tau / that.
 
 **Stalls**: every failure the transport rides out costs its recovery once: MRC its
-calibrated recovery in RTTs x the full-scale RTT; RC and TCP the later of control-plane
-convergence (BFD detection + BGP withdrawal + FIB update) and their RTO, plus the
-calibrated residue in RTTs. **Degradation**: until repair, a host that lost a plane
-(NIC port or leaf down) has (planes - 1)/planes of its bandwidth, a leaf that lost an
-uplink (half - 1)/half, a plane that lost a spine (spines - 1)/spines; a synchronous
-job runs at its slowest host, so while at least one such failure is open (a fraction
-1 - exp(-failures per hour x repair hours) of the time) its scale-out communication
-takes ways / (ways - 1) as long (``slowed(scale)``: the seconds a step gains then,
-overlap applied again); overlapping failures on different hosts do not add up.
-Components are counted on a two-tier Clos per plane and DC of ``switch_radix`` ports.
+calibrated recovery in RTTs x the full-scale RTT; RC and TCP their first retry at or
+after control-plane convergence (BFD detection + BGP withdrawal + FIB update) on their
+retransmission timer (``first_retry``: TCP's RTO doubles from its minimum, RFC 6298; a
+RoCE QP retries every local ACK timeout, ``rc_rto_ms``, adaptive retransmission's shorter
+first retries left out), plus the calibrated restart after that retry in RTTs.
+**Degradation**: until repair, a host that lost a plane (NIC port or leaf down) has
+(planes - 1)/planes of its bandwidth, a leaf that lost an uplink (half - 1)/half, a
+plane that lost a spine (spines - 1)/spines; a synchronous job runs at its slowest host,
+so while at least one such failure is open (a fraction 1 - exp(-failures per hour x
+repair hours) of the time) its scale-out communication takes ways / (ways - 1) as long
+(``slowed(scale)``: the seconds a step gains then, overlap applied again); overlapping
+failures on different hosts do not add up. Components are counted on a two-tier Clos per
+plane and DC of ``switch_radix`` ports.
 """
 
 from __future__ import annotations
@@ -36,12 +39,35 @@ from explorer.calarrays import CalArrays, by_transport
 from explorer.model_terms import CHECKPOINT_BYTES_PER_PARAM
 from explorer.spec import TRANSPORTS
 
-__all__ = ["checkpoint", "failure_fraction"]
+__all__ = ["checkpoint", "convergence_s", "failure_fraction", "first_retry"]
 
 _MRC, _RC, _TCP = (TRANSPORTS.index(t) for t in ("mrc", "rc", "tcp"))
 _RC_LOSSY = TRANSPORTS.index("rc_lossy")
 
 Slowed = Callable[[Any], Any]  # (scale of the communication) -> seconds a step gains
+
+
+def convergence_s(bfd_interval_ms: Any, bfd_multiplier: Any, bgp_update_ms: Any,
+                  fib_update_ms: Any) -> Any:
+    """Seconds the control plane takes to route around a failure: BFD detection, BGP's
+    withdrawal, the FIB's update."""
+    return (bfd_interval_ms * bfd_multiplier + bgp_update_ms + fib_update_ms) / 1000
+
+
+def first_retry(convergence: Any, rto: Any, doubling: Any) -> Any:
+    """Seconds from a failure to the first retransmission at or after ``convergence``
+    (the first one that can get through): retries fire at rto, 2 rto, 3 rto, ... on a
+    fixed timer, at rto, 3 rto, 7 rto, ... (rto (2^k - 1)) on one that doubles
+    (``doubling``); never sooner than the first, rto. Without a timer (rto <= 0) the
+    convergence. Arrays broadcast."""
+    c = np.asarray(convergence, dtype=float)
+    r = np.asarray(rto, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(r > 0, c / np.where(r > 0, r, 1.0), 0.0)
+        k_fixed = np.maximum(1.0, np.ceil(q - 1e-12))
+        k_doubling = np.maximum(1.0, np.ceil(np.log2(q + 1.0) - 1e-12))
+    out = np.where(r > 0, np.where(doubling, r * (2.0 ** k_doubling - 1.0), r * k_fixed), c)
+    return out if out.ndim else float(out)
 
 
 def checkpoint(c: dict[str, Any], params: Any, mtbi_s: Any) -> tuple[Any, Any]:
@@ -65,11 +91,11 @@ def failure_fraction(c: dict[str, Any], d: dict[str, Any], cal: CalArrays,
     ((1 - interrupts) (1 - stalls))."""
     tr = c["network.transport"]
     rtt = c["fabric.rtt_us"] * 1e-6
-    convergence = (c["network.bfd_interval_ms"] * c["network.bfd_multiplier"]
-                   + c["network.bgp_update_ms"] + c["network.fib_update_ms"]) / 1000
+    convergence = convergence_s(c["network.bfd_interval_ms"], c["network.bfd_multiplier"],
+                                c["network.bgp_update_ms"], c["network.fib_update_ms"])
     rec = np.maximum(0.0, np.nan_to_num(by_transport(cal.rec_rtts, tr))) * rtt
     rto = np.where(tr == _TCP, c["network.tcp_rto_ms"], c["network.rc_rto_ms"]) / 1000
-    reroute = np.where(tr == _MRC, rec, np.maximum(convergence, rto) + rec)
+    reroute = np.where(tr == _MRC, rec, first_retry(convergence, rto, tr == _TCP) + rec)
     radix = c["fabric.switch_radix"]
     half = np.floor(radix / 2)
     planes = c["fabric.planes"]

@@ -1,4 +1,4 @@
-"""Measure what the explorer's transfer laws leave free (root; about 20 minutes on 2 cores).
+"""Measure what the explorer's transfer laws leave free (root; about 9 minutes on 2 cores).
 
     sudo .venv/bin/python scripts/calibrate_laws.py [OUT_DIR] [deep]   # default explorer/data
                                                   # (deep: the second record only)

@@ -7,10 +7,11 @@ one failure costs a job at full scale:
 * MRC rides out a failure in its own recovery, which scales with the RTT (its timers
   are RTT-based): ``lost_rtts x`` the full-scale RTT;
 * an ECMP transport (RC, TCP) must wait for the control plane to withdraw the route
-  (BFD detection + BGP propagation + FIB update) and for its retransmission timer:
-  ``max(convergence, RTO)`` at the Explorer's defaults for failures that remote
-  switches must route around (a cut, a flap); neither timer scales with the link rate,
-  so the emulator's figure is not divided down;
+  (BFD detection + BGP propagation + FIB update) and for its retransmission timer: its
+  first retry at or after convergence (explorer/failures.py ``first_retry``: TCP's RTO
+  doubles, RC's QP retries every local ACK timeout) at the Explorer's defaults for
+  failures that remote switches must route around (a cut, a flap); neither timer scales
+  with the link rate, so the emulator's figure is not divided down;
 * for failures every switch sees locally (a dead spine, a gray link) an ECMP transport
   loses what its timers cost: a whole RTO at full scale when it stalled for at least one
   emulated RTO floor (``RTO_FLOOR_S``), else its loss in RTTs;
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from explorer.failures import checkpoint, convergence_s, first_retry
 from explorer.spec import Cluster, FabricSection, Network
 
 REFERENCE_PARAMS = 405e9  # the reference job of a restart: Llama 3 405B ...
@@ -50,11 +52,9 @@ class FullScale:
         """From explorer/spec.py's default fabric, network and cluster; the checkpoint
         interval the Explorer's Young/Daly choice for the reference job
         (``REFERENCE_PARAMS`` on ``REFERENCE_GPUS``)."""
-        from explorer.failures import checkpoint
-
         fab, net, cl = FabricSection(), Network(), Cluster()
-        conv = (net.bfd_interval_ms * net.bfd_multiplier + net.bgp_update_ms
-                + net.fib_update_ms) / 1000.0
+        conv = convergence_s(net.bfd_interval_ms, net.bfd_multiplier, net.bgp_update_ms,
+                             net.fib_update_ms)
         mtbi = 3600.0 / (cl.interrupt_per_gpu_hour * REFERENCE_GPUS)
         _, tau = checkpoint({"cluster.checkpoint_gbyte_s": cl.checkpoint_gbyte_s,
                              "cluster.checkpoint_minutes": float("nan")}, REFERENCE_PARAMS,
@@ -83,5 +83,5 @@ def project(system: str, kind: str, lost_s: float, rtt_s: float, fs: FullScale) 
     if rto is None:
         raise ValueError(f"system={system!r} is invalid: must be mrc, rc or tcp")
     if kind in REROUTED:
-        return max(fs.convergence_s, rto)
+        return first_retry(fs.convergence_s, rto, system == "tcp")
     return rto if lost_s >= RTO_FLOOR_S else in_rtts

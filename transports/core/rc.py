@@ -16,6 +16,8 @@ progress *and* at least ``give_up_s`` since the first of them. A count alone is
 not enough: a single-path QP must outlive the fabric's reconvergence (BFD and
 BGP, on the wall clock), which a count of doubling RTOs that start from a small
 floor does not; after the count is spent it keeps probing every ``rto_max``.
+``rto_log``: the times of the first ``RTO_LOG_MAX`` timeouts (a timeout is rare; the
+calibration reads when the retry that got through a link cut was sent).
 
 RTO: RFC 6298 (srtt + 4 rttvar), doubled per RTO without progress, within
 [floor, rto_max], the floor ``max(rto_min, rto_min_rtts * minimum RTT)`` plus the
@@ -61,6 +63,7 @@ from transports.core.wire import (
 )
 
 INF = float("inf")
+RTO_LOG_MAX = 64  # timeouts whose times a connection keeps (``rto_log``)
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class RcCore(MessageCore):
         self.rto_at = INF
         self.strikes = 0
         self.first_strike_at = INF  # the first RTO without progress
+        self.rto_log: list[float] = []  # when the first RTO_LOG_MAX timeouts fired
         self.host_delay = 0.0  # the I/O loop's scheduling delay, part of the floor
         self.peer_hold = PeerHold()  # the peer's ACK delay, added to the RTO
         self.dcqcn = Dcqcn(cfg.rate) if cfg.dcqcn else None  # the QP's rate (DCQCN)
@@ -175,6 +179,8 @@ class RcCore(MessageCore):
                     self.first_strike_at = now
                 self.strikes += 1
                 self.stats["rto"] += 1
+                if len(self.rto_log) < RTO_LOG_MAX:
+                    self.rto_log.append(now)
                 if (self.strikes > self.cfg.max_retries
                         and now - self.first_strike_at >= self.cfg.give_up_s):
                     self._fail(now, f"peer unreachable: {self.strikes} retransmission timeouts "

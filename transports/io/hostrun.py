@@ -178,6 +178,10 @@ class HostRun:
             "verify_cpu_s": round(self.verify_cpu_s, 4),
             "sent_per_ev": {c: conn.sent_per_ev for c, conn in self.conns.items()},
             "stats": {c: dict(getattr(conn.core, "stats", {})) for c, conn in self.conns.items()},
+            # when each connection's retransmission timeouts fired (cores that log them: RC),
+            # on the machine's monotonic clock
+            "rto_log": {c: list(log) for c, conn in self.conns.items()
+                        if (log := getattr(conn.core, "rto_log", None))},
             # NSCC's window per connection (cores that have one: MRC, DBLP)
             "cc": {c: cc.report() for c, conn in self.conns.items()
                    if isinstance(cc := getattr(conn.core, "cc", None), Nscc)},

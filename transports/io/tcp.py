@@ -27,7 +27,10 @@ retransmitted, how many of them the receiver reported as duplicates (D-SACK) and
 how many RTOs fired while it was out. ``stats`` has per connection the UDP cores'
 names (``conn_stats``): ``tx_data_pkts``, ``tx_retx``, ``tx_retx_spurious``
 (TCP_INFO's ``dsack_dups``: retransmitted segments the receiver already had) and
-``rto``.
+``rto``. ``rto_log`` has per connection this host opened the times (the machine's
+monotonic clock) at which the driver saw the kernel's RTO count go up (``_poll_rtos``):
+it reads it every ``RTO_POLL_S`` while a send is out, so a time is late by about that
+(plus the handling of the datagrams of one wake-up).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import socket
 import struct
 import time
 
+from transports.core.rc import RTO_LOG_MAX
 from transports.kernel import TCP_PORT, TcpConfig
 from transports.plan import AfterGate, placed_exactly
 from transports.planrecord import HostPlan, MessagePlan
@@ -45,8 +49,10 @@ from transports.planrecord import HostPlan, MessagePlan
 _PREFIX = struct.Struct("!QQ")
 _ACK = struct.Struct("!Q")
 TCP_INFO_LEN = 256
-__all__ = ["TCP_PORT", "conn_stats", "netstat", "parse_tcp_info", "run_tcp", "send_deltas",
-           "tcp_info"]
+RTO_POLL_S = 0.005  # how often the kernel's RTO count is read while a send is out
+_RTO_COUNT = struct.Struct("H")  # tcpi_total_rto, at offset 240
+__all__ = ["TCP_PORT", "conn_stats", "netstat", "parse_tcp_info", "rto_count", "run_tcp",
+           "send_deltas", "tcp_info"]
 
 
 def parse_tcp_info(raw: bytes) -> dict:
@@ -63,10 +69,17 @@ def parse_tcp_info(raw: bytes) -> dict:
     if len(raw) >= 224:
         out.update(bytes_retrans=u64(208), dsack_dups=u32(216), reord_seen=u32(220))
     if len(raw) >= 248:
-        out.update(total_rto=struct.unpack_from("H", raw, 240)[0],
+        out.update(total_rto=_RTO_COUNT.unpack_from(raw, 240)[0],
                    total_rto_recoveries=struct.unpack_from("H", raw, 242)[0],
                    total_rto_time_ms=u32(244))
     return out
+
+
+def rto_count(raw: bytes) -> int:
+    """The kernel's RTO count of a TCP_INFO answer: ``tcpi_total_rto`` where it has it
+    (Linux >= 6.7, 248 bytes or more), else ``tcpi_retransmits`` (the timeouts since the
+    last progress: an ACK resets it, so a timeout answered between two reads is lost)."""
+    return _RTO_COUNT.unpack_from(raw, 240)[0] if len(raw) >= 248 else raw[2]
 
 
 NETSTAT_KEYS = ("TcpExt:TCPLossProbes", "TcpExt:TCPLossProbeRecovery", "TcpExt:TCPTimeouts",
@@ -128,6 +141,26 @@ class _Conn:
         self.eof = False
         # msg -> (send, TCP_INFO at post)
         self.inflight: dict[int, tuple[MessagePlan, dict]] = {}
+        self.retransmits = 0  # the kernel's RTO count when last polled (_poll_rtos)
+        self.rto_log: list[float] = []  # when the polls saw that count go up
+
+
+def _poll_rtos(conns: list[_Conn], now: float) -> bool:
+    """Log when each sending connection's RTO count (``rto_count``) went up while a send
+    of it was out; the count is read whatever, so a timeout while nothing was out is
+    never logged late. Returns whether any send is out (the loop polls only then)."""
+    out = False
+    for c in conns:
+        try:
+            n = rto_count(c.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN))
+        except OSError:
+            continue
+        if c.inflight:
+            out = True
+            if n > c.retransmits and len(c.rto_log) < RTO_LOG_MAX:
+                c.rto_log.extend([now] * min(n - c.retransmits, RTO_LOG_MAX - len(c.rto_log)))
+        c.retransmits = n
+    return out
 
 
 def run_tcp(plan: HostPlan, message_bytes, start) -> dict:
@@ -188,8 +221,14 @@ def run_tcp(plan: HostPlan, message_bytes, start) -> dict:
 
     for s in first_sends:
         post(s)
-    while pending and time.monotonic() < deadline:
-        for key, ev in sel.select(timeout=0.05):
+    senders = list(out_conns.values())
+    _poll_rtos(senders, time.monotonic())  # the counts at the start (the handshake's)
+    next_poll, polling = 0.0, False
+    while pending and (now := time.monotonic()) < deadline:
+        if now >= next_poll:
+            polling = _poll_rtos(senders, now)
+            next_poll = now + RTO_POLL_S
+        for key, ev in sel.select(timeout=max(0.0, next_poll - now) if polling else 0.05):
             c = key.data
             if c is None:  # the listener: a peer connects to send to us
                 sock, _ = lst.accept()
@@ -249,6 +288,7 @@ def run_tcp(plan: HostPlan, message_bytes, start) -> dict:
             # the namespace's counters over the run (only this driver's TCP runs there)
             "netstat": {k: ns1[k] - ns0[k] for k in NETSTAT_KEYS if k in ns0 and k in ns1},
             "stats": {conn: conn_stats(i) for conn, i in infos.items()},
+            "rto_log": {c.conn: c.rto_log for c in out_conns.values() if c.rto_log},
             "unknown_conn": 0}
 
 

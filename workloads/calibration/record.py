@@ -85,9 +85,14 @@ interval is widened to contain the value where a skewed statistic leaves it outs
   DBLP's rounds are bounded (``dblp.tolerance``), so its healthy P50 is a bounded one too.
 * ``recovery.link_cut``: per repetition lost = completion with the cut - without;
   ``lost_rtts`` = mean lost / rtt_s; ``convergence_s``: mean control-plane convergence
-  (null when the transport's paths do not depend on it); ``recovery_rtts`` = mean(lost -
-  convergence) / rtt_s with ``lo``/``hi``; ``recovery_rtos`` = mean(lost - convergence) /
-  rto_floor_s.
+  (null when the transport's paths do not depend on it); ``timer_wait_s``: mean time from
+  convergence to the retry that gets through (the sender's first retransmission timeout
+  at or after convergence within the lost time, ``RecoverySample.retry_s``; 0 where none
+  fired there), null without convergence; ``recovery_rtts`` = mean(lost - ready) / rtt_s
+  with ``lo``/``hi``, ready = the later of convergence and that retry (0 for a transport
+  that routes around the cut itself): the transport's own restart once a retry gets
+  through, since the explorer models the wait for convergence and for the retry timer at
+  full scale itself (explorer/failures.py); ``recovery_rtos`` = the same / rto_floor_s.
 * ``dblp`` (DBLP only): ``tolerance`` of its bounded rounds; ``delivered_fraction``: mean
   delivered fraction of the bounded rounds under bursts (pooled); ``steps_ratio``: steps
   to the target with DBLP / with reliable MRC, one repetition per training repetition
@@ -292,9 +297,10 @@ def _recovery(samples: Sequence[RecoverySample], regime: Regime, seed: int, resa
     if not samples:
         excluded.append("recovery link_cut: not measured")
     rtt, rto = regime.rtt_s, regime.rto_floor_s
-    net = [s.cut_s - s.clean_s - (s.convergence_s or 0.0) for s in kept]
+    net = [s.cut_s - s.clean_s - _ready(s) for s in kept]
     lost = _mean([s.cut_s - s.clean_s for s in kept])
     conv = [s.convergence_s for s in kept if s.convergence_s is not None]
+    waits = [_ready(s) - s.convergence_s for s in kept if s.convergence_s is not None]
     rec = _mean(net)
 
     def per_rtt(xs: Sequence[float]) -> float | None:
@@ -305,8 +311,17 @@ def _recovery(samples: Sequence[RecoverySample], regime: Regime, seed: int, resa
                        resamples=resamples, value=None if rec is None else rec / rtt)
     return {"lost_rtts": None if lost is None else lost / rtt,
             "convergence_s": _mean(conv) if conv else None,
+            "timer_wait_s": _mean(waits) if waits else None,
             "recovery_rtts": None if rec is None else rec / rtt, "lo": lo, "hi": hi,
             "recovery_rtos": None if rec is None or not rto else rec / rto}, excluded
+
+
+def _ready(s: RecoverySample) -> float:
+    """When the transfer could go on after the cut: the later of convergence and the
+    retry that got through (0 for a transport that does not wait for convergence)."""
+    if s.convergence_s is None:
+        return 0.0
+    return max(s.convergence_s, s.retry_s or 0.0)
 
 
 def _dblp(m: TransportMeasurements, seed: int, resamples: int) -> tuple[dict, list[str]]:

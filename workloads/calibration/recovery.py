@@ -4,8 +4,10 @@ Its one job: the recovery samples. A transfer of ``Plan.recovery_s`` at the bind
 rate src -> dst, once clean and once with the leaf-spine link busiest into the
 receiver's rack cut ``Plan.cut_at_s`` (+ a 0.1 s traffic sample) after the start
 (emu.failures.BusiestUplinkDown); RC and TCP, whose paths the control plane moves, also
-time its withdrawals (emu.convergence). The link is restored and the fabric reconverged
-before the next transfer.
+time its withdrawals (emu.convergence) and report when their sender's retransmission
+timeouts fired (``rto_log``: the first at or after convergence, within the time the cut
+cost, is the retry that gets through, ``RecoverySample.retry_s``). The link is restored
+and the fabric reconverged before the next transfer.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def measure_recovery(s: Session, fab: Fabric) -> None:
         def cutter(t0: float) -> None:
             time.sleep(max(0.0, t0 + s.plan.cut_at_s - time.monotonic()))
             cut["chosen"] = failure.apply(fab)
-            cut["at"] = time.monotonic() - t0
+            cut["t"] = time.monotonic()
+            cut["at"] = cut["t"] - t0
             if t in ECMP:
                 from emu import convergence
 
@@ -67,10 +70,25 @@ def measure_recovery(s: Session, fab: Fabric) -> None:
         checked(res)
         conv = cut.get("conv", {}).get("convergence_s")
         cpu = max(cpu_use(clean), cpu_use(res), key=lambda c: c.max_core)
+        lost = res.completion_s - clean.completion_s
+        retry = first_retry(res.drivers[src].get("rto_log") or {}, cut["t"], conv, lost)
         sample = RecoverySample(rep, clean.completion_s, res.completion_s, conv,
-                                    t in ECMP, cpu)
+                                t in ECMP, cpu, retry)
         s.samples(t).recovery.append(sample)
         s.say(f"  recovery {t} rep {rep}: cut {cut['chosen'].link} at {cut['at']:.2f} s;"
-              f" {sample.cut_s - sample.clean_s:.3f} s lost, convergence {conv} s")
+              f" {lost:.3f} s lost, convergence {conv} s, retry after it "
+              f"{'none' if retry is None else f'{retry:.3f} s'} after the cut")
 
     s.reps("recovery", one)
+
+
+def first_retry(rto_log: dict, cut_t: float, convergence_s: float | None,
+                lost_s: float) -> float | None:
+    """Seconds from the cut (``cut_t``, monotonic) to the first retransmission timeout any
+    connection logged at or after convergence (``convergence_s`` after the cut; 0 for a
+    transport that does not wait for it) and within the ``lost_s`` the cut cost: the
+    retry the explorer's model charges (explorer/failures.py ``first_retry``). None when
+    none fired there."""
+    lo = convergence_s or 0.0
+    times = [t - cut_t for log in rto_log.values() for t in log if lo <= t - cut_t <= lost_s]
+    return min(times) if times else None

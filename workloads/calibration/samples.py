@@ -152,7 +152,10 @@ class RoundsSample:
 @dataclass(frozen=True)
 class RecoverySample:
     """A long transfer without and with a link cut; ``convergence_s`` of the control plane
-    (``control_plane``: whether the transport's paths wait for it)."""
+    (``control_plane``: whether the transport's paths wait for it); ``retry_s``: from the
+    cut to the sender's first retransmission timeout at or after convergence and within
+    the time the cut cost (the retry that gets through; None: none fired there, or the
+    transport logs none)."""
 
     rep: int
     clean_s: float
@@ -160,6 +163,7 @@ class RecoverySample:
     convergence_s: float | None
     control_plane: bool
     cpu: CpuUse
+    retry_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ _TRANSPORT = {
                         "burst_drops": "int", "delay_spike_only": "bool", "rounds": "int",
                         "healthy_p50_rtts": "float?"}],
     "recovery": {"link_cut": {"lost_rtts": "float?", "convergence_s": "float?",
+                              "timer_wait_s": "float?",
                               "recovery_rtts": "float?", "lo": "float?", "hi": "float?",
                               "recovery_rtos": "float?"}},
     "dblp": ("null", {"tolerance": "float?", "delivered_fraction": _CI,
@@ -75,7 +76,8 @@ _TRANSPORT = {
                   "dropped_fraction": "float?"}}
 # Keys added to version 2 after its first records: a record written before them is still
 # a valid v2 record without them (readers treat them as absent).
-ADDED = frozenset({"qps_per_connection", "ecmp_flows", "ecmp_uplinks", "healthy_p50_rtts"})
+ADDED = frozenset({"qps_per_connection", "ecmp_flows", "ecmp_uplinks", "healthy_p50_rtts",
+                   "timer_wait_s"})
 _FABRIC = {"planes": "int", "spines": "int", "leaves": "int", "hosts_per_leaf": "int",
            "rate_mbit": "float", "fabric_rate_mbit": "float", "queue_packets": "int",
            "mtu": "int", "nominal_gbit": "float", "dci": "dict?"}

@@ -75,8 +75,9 @@ def test_check_refuses_steps_out_of_order() -> None:
 def test_projection_follows_the_explorer_model() -> None:
     # MRC: its loss in RTTs at the full-scale RTT
     assert project("mrc", "link_cut", 0.01, RTT, FS) == pytest.approx(0.01 / RTT * 8e-6)
-    # ECMP through a cut: max(convergence, RTO), whatever the emulator measured
-    assert project("tcp", "link_cut", 0.3, RTT, FS) == 0.4
+    # ECMP through a cut: the first retry at or after convergence (0.4 s), whatever the
+    # emulator measured: TCP's RTO doubles (0.2, 0.6 s), RC's QP retries every 1.074 s
+    assert project("tcp", "link_cut", 0.3, RTT, FS) == pytest.approx(0.6)
     assert project("rc", "flap", 0.05, RTT, FS) == 1.074
     # RC through a plane down: an interruption (restart + half a checkpoint interval)
     assert project("rc", "plane_down", 2.0, RTT, FS) == 1020.0

@@ -151,6 +151,32 @@ def test_shipped_calibration_loads_every_transport_with_hashes():
     # the law records: RC with 1 and 4 QPs, at 1 to 16 hashed flows per uplink
     qps = {p.qps for p in cal.get("rc").load_balance}
     assert qps == {1, 4} and cal.get("rc").fabric.queue_packets >= 1024
+    # the switch ports each eta was measured on: MRC's mark and trim, lossy RC's do not;
+    # lossless RC's eta comes from a law record that did not record its ports
+    assert cal.get("mrc").switches.startswith("ecn+trim ports (tc-bpf)")
+    assert "% trimmed" in cal.get("mrc").switches
+    assert cal.get("rc_lossy").switches.startswith("plain ports")
+    assert cal.get("rc").switches is None
+
+
+def test_switch_ports_follow_the_record_an_eta_comes_from(tmp_path):
+    sw = {"signals": "ecn+trim", "mechanism": "tc-bpf", "packets": 1000, "marked": 20,
+          "trimmed": 1, "dropped": 3, "ce_seen": 15, "marked_fraction": 0.02,
+          "trimmed_fraction": 0.001, "dropped_fraction": 0.003}
+    with_ports = json.loads(json.dumps(V2))
+    with_ports["transports"]["mrc"]["switches"] = sw
+    load_only = {"format": "scaleacross-emu/calibration/2", "fabric": _fabric(16),
+                 "transports": {"mrc": {"eta": {"value": None}, "load_balance": [
+                     {"flows_per_uplink": 1.0, "qps_per_connection": 1, "value": 0.5,
+                      "lo": 0.4, "hi": 0.6}]}}}
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_text(json.dumps(with_ports))
+    b.write_text(json.dumps(load_only))
+    c.write_text(json.dumps(V2))  # an eta measured without a record of its ports
+    assert load_calibration([a]).get("mrc").switches == (
+        "ecn+trim ports (tc-bpf): 2 % of 1000 packets marked, 0.1 % trimmed, 0.3 % dropped")
+    assert load_calibration([a, b]).get("mrc").switches.startswith("ecn+trim")  # kept
+    assert load_calibration([a, c]).get("mrc").switches is None  # its eta is c's
 
 
 def test_spearman_hand_values():

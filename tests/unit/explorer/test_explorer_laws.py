@@ -98,15 +98,19 @@ def test_lossy_burst_law_goes_through_its_points_and_lossless_is_queueing():
 
 
 def test_shipped_law_records_follow_the_hashing_structure():
-    """What scripts/calibrate_laws.py measured: RC's efficiency (over eta) follows the
-    hashing expectation within its interval's spread, lossless or not, and 1 x 4 QPs
-    balances like 4 connections of 1 QP."""
+    """What scripts/calibrate_laws.py measured: lossless RC's efficiency (over eta) follows
+    the hashing expectation, and 1 x 4 QPs balances like 4 connections of 1 QP. Lossy RC
+    (16-packet FIFOs, go-back-N) loses more than the collisions alone cost at every
+    point: a collision drops, and each drop resends a window."""
     cal = load_calibration()
-    for name in ("rc", "rc_lossy"):
-        law = ecmp_law(cal.get(name))
-        assert {p.qps for p in law.points} == {1, 4}
-        for p in law.points:
-            assert 0.6 <= p.correction("mid") <= 1.5, (name, p)
-        four = [p for p in law.points if p.balls / p.bins == 4]
-        assert len(four) == 2
-        assert four[0].efficiency.value == pytest.approx(four[1].efficiency.value, rel=0.15)
+    law = ecmp_law(cal.get("rc"))
+    assert {p.qps for p in law.points} == {1, 4}
+    for p in law.points:
+        assert 0.8 <= p.correction("mid") <= 1.5, p
+    four = [p for p in law.points if p.balls / p.bins == 4]
+    assert len(four) == 2
+    assert four[0].efficiency.value == pytest.approx(four[1].efficiency.value, rel=0.15)
+    lossy = ecmp_law(cal.get("rc_lossy"))
+    assert {p.qps for p in lossy.points} == {1, 4}
+    for p, q in zip(lossy.points, law.points, strict=True):
+        assert p.correction("mid") < 1.0 and p.efficiency.value < q.efficiency.value, p

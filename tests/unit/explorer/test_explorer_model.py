@@ -237,3 +237,36 @@ def test_checkpoint_interval_is_young_daly_per_configuration():
                          calibration())
         assert other.checkpoint_s == pytest.approx(b.checkpoint_s * k)
         assert other.failure_fraction > b.failure_fraction
+
+
+@pytest.mark.parametrize(("conv", "rto", "doubling", "want"), [
+    (0.4, 0.2, True, 0.6),      # TCP: 0.2 s goes before the routes move, 0.6 s gets through
+    (0.1, 0.2, True, 0.2),      # the routes moved before the first RTO
+    (0.2, 0.2, True, 0.2),      # a retry exactly at convergence gets through
+    (1.5, 0.2, True, 3.0),      # 0.2, 0.6, 1.4, 3.0
+    (0.4, 1.074, False, 1.074),  # a RoCE QP: one local ACK timeout
+    (2.5, 1.0, False, 3.0),     # every timeout: 1, 2, 3 s
+    (0.0, 0.3, False, 0.3),     # never sooner than the first timeout
+    (0.4, 0.0, True, 0.4),      # no timer: the convergence
+])
+def test_first_retry_is_the_first_timeout_at_or_after_convergence(conv, rto, doubling, want):
+    from explorer.failures import first_retry
+
+    assert first_retry(conv, rto, doubling) == pytest.approx(want)
+    got = first_retry(np.array([conv, conv]), np.array([rto, rto]), np.array([doubling, True]))
+    assert got[0] == pytest.approx(want)
+    assert got[1] == pytest.approx(first_retry(conv, rto, True))
+
+
+def test_tcp_stalls_to_its_doubled_rto_past_convergence():
+    # The control plane takes 0.19 s: TCP's first retry at 0.2 s gets through. At 0.21 s
+    # it is lost and the next, at 0.6 s, gets through: the stalls triple (they were
+    # 0.2 and 0.21 s under max(convergence, RTO)).
+    base = BASE | {"cluster.gpus_per_dc": 4096, "model.global_batch_seqs": 4096,
+                   "fabric.link_fail_per_hour": 1e-3, "fabric.switch_fail_per_hour": 0.0,
+                   "cluster.interrupt_per_gpu_hour": 0.0, "network.transport": "tcp",
+                   "fabric.repair_hours": 1e-6, "network.bfd_interval_ms": 50.0,
+                   "network.bgp_update_ms": 20.0}
+    fast = evaluate(build_config(base | {"network.fib_update_ms": 20.0}), calibration())
+    slow = evaluate(build_config(base | {"network.fib_update_ms": 40.0}), calibration())
+    assert slow.failure_fraction / fast.failure_fraction == pytest.approx(3.0, rel=0.05)

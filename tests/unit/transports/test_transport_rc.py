@@ -82,6 +82,14 @@ def test_outage_longer_than_the_retry_count_but_shorter_than_give_up_survives():
     bufs = exchange(net, "a", "b", msgs, until=5.0)
     check_all(net, msgs, bufs)
     assert a.stats["rto"] > cfg.max_retries and a.stats["conn_failed"] == 0
+    # every timeout's time is logged: doubling up to rto_max within the outage, and the
+    # retry that got through is the first one after the path came back at 0.3 s
+    log = a.rto_log
+    assert len(log) == a.stats["rto"] and log == sorted(log)
+    gaps = [y - x for x, y in zip(log, log[1:], strict=False)]
+    assert max(gaps[:3]) <= cfg.rto_max * 1.01
+    through = [t for t in log if t >= 0.3]
+    assert through and through[0] < 0.3 + cfg.rto_max * 1.01
 
 
 def test_give_up_s_validated():

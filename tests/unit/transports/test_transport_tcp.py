@@ -131,3 +131,46 @@ def test_connection_stats_use_the_cores_names():
     before = {"total_retrans": 5, "dsack_dups": 1, "total_rto": 1}
     assert send_deltas(before, info) == {"retrans": 2, "retrans_spurious": 2, "rto": 1}
     assert send_deltas({"total_retrans": 5}, info) == {"retrans": 2}  # an older kernel
+
+
+class _FakeSock:
+    """A socket whose TCP_INFO answers are given in turn."""
+
+    def __init__(self, answers: list[bytes]) -> None:
+        self.answers = answers
+
+    def getsockopt(self, level: int, opt: int, size: int) -> bytes:
+        return self.answers.pop(0)
+
+
+def _info(total_rto: int | None, retransmits: int = 0) -> bytes:
+    raw = bytearray(256 if total_rto is not None else 240)
+    raw[2] = retransmits
+    if total_rto is not None:
+        struct.pack_into("H", raw, 240, total_rto)
+    return bytes(raw)
+
+
+def test_rto_count_reads_total_rto_or_the_unrecovered_count():
+    from transports.io.tcp import rto_count
+
+    assert rto_count(_info(5, retransmits=1)) == 5  # Linux >= 6.7: the running total
+    assert rto_count(_info(None, retransmits=2)) == 2  # older: since the last progress
+
+
+def test_rto_polls_log_a_timeout_only_while_a_send_is_out():
+    from transports.io.tcp import RTO_LOG_MAX, _Conn, _poll_rtos
+
+    c = _Conn(_FakeSock([_info(1), _info(1), _info(3), _info(3)]), conn=1)
+    assert _poll_rtos([c], 1.0) is False  # a timeout while nothing was out: the baseline
+    c.inflight[7] = (None, {})
+    assert _poll_rtos([c], 2.0) is True and c.rto_log == []
+    _poll_rtos([c], 3.0)  # two timeouts since the last read: both at this read's time
+    assert c.rto_log == [3.0, 3.0]
+    _poll_rtos([c], 4.0)
+    assert c.rto_log == [3.0, 3.0]
+    big = _Conn(_FakeSock([_info(0), _info(500)]), conn=2)
+    big.inflight[1] = (None, {})
+    _poll_rtos([big], 1.0)
+    _poll_rtos([big], 2.0)
+    assert len(big.rto_log) == RTO_LOG_MAX

@@ -198,6 +198,36 @@ def test_recovery_waiting_for_an_unmeasured_convergence_is_excluded():
     assert any("rep 0: control-plane convergence not measured" in e for e in sec["excluded"])
 
 
+def test_recovery_leaves_out_the_wait_for_the_retry_that_got_through():
+    # RTT 0.01 s. Rep 0: the routes moved at 0.2 s, the retry that got through left at
+    # 0.35 s, 0.5 s lost: 0.15 s of restart. Rep 1: a retry before convergence (0.05 s)
+    # and none after (the routes moved under traffic): 0.3 - 0.1 = 0.2 s.
+    m = TransportMeasurements(regime=REGIME, recovery=(
+        RecoverySample(0, 1.0, 1.5, 0.2, True, IDLE, retry_s=0.35),
+        RecoverySample(1, 1.0, 1.3, 0.1, True, IDLE, retry_s=0.05)))
+    rec = cal.transport_record("rc", m)["recovery"]["link_cut"]
+    assert rec["lost_rtts"] == pytest.approx(40.0)
+    assert rec["timer_wait_s"] == pytest.approx((0.15 + 0.0) / 2)
+    assert rec["recovery_rtts"] == pytest.approx((15.0 + 20.0) / 2)
+    # a transport that routes around the cut itself: its whole loss is its recovery
+    mrc = TransportMeasurements(regime=REGIME, recovery=(
+        RecoverySample(0, 1.0, 1.05, None, False, IDLE, retry_s=0.02),))
+    rec = cal.transport_record("mrc", mrc)["recovery"]["link_cut"]
+    assert rec["recovery_rtts"] == pytest.approx(5.0) and rec["timer_wait_s"] is None
+
+
+def test_the_retry_is_the_first_timeout_after_convergence_within_the_loss():
+    from workloads.calibration.recovery import first_retry
+
+    log = {1: [9.0, 10.05, 10.15, 10.35, 11.0], 2: [10.2]}  # monotonic times; cut at 10.0
+    assert first_retry(log, 10.0, 0.12, 0.5) == pytest.approx(0.15)
+    assert first_retry(log, 10.0, 0.16, 0.5) == pytest.approx(0.2)  # another connection's
+    assert first_retry(log, 10.0, 0.4, 0.5) is None  # none after convergence in the loss
+    assert first_retry(log, 10.0, None, 0.1) == pytest.approx(0.05)  # no control plane
+    assert first_retry({}, 10.0, 0.1, 0.5) is None
+    assert first_retry({1: [9.5]}, 10.0, None, 0.5) is None  # before the cut
+
+
 def _dimensionless(obj, path=""):
     """Every value of a transport section except the dimensional ones, by path."""
     dimensional = {"bdp_bytes", "buffer_packets", "binding_mbit", "message_bytes", "excluded"}
