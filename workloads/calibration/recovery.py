@@ -71,7 +71,7 @@ def measure_recovery(s: Session, fab: Fabric) -> None:
         conv = cut.get("conv", {}).get("convergence_s")
         cpu = max(cpu_use(clean), cpu_use(res), key=lambda c: c.max_core)
         lost = res.completion_s - clean.completion_s
-        retry = first_retry(res.drivers[src].get("rto_log") or {}, cut["t"], conv, lost)
+        retry = logged_retry(res.drivers[src].get("rto_log") or {}, cut["t"], conv, lost)
         sample = RecoverySample(rep, clean.completion_s, res.completion_s, conv,
                                 t in ECMP, cpu, retry)
         s.samples(t).recovery.append(sample)
@@ -82,7 +82,7 @@ def measure_recovery(s: Session, fab: Fabric) -> None:
     s.reps("recovery", one)
 
 
-def first_retry(rto_log: dict, cut_t: float, convergence_s: float | None,
+def logged_retry(rto_log: dict, cut_t: float, convergence_s: float | None,
                 lost_s: float) -> float | None:
     """Seconds from the cut (``cut_t``, monotonic) to the first retransmission timeout any
     connection logged at or after convergence (``convergence_s`` after the cut; 0 for a

@@ -63,7 +63,7 @@ def summarize(records: Sequence[Mapping[str, Any]], label: str, rep: int = 0,
     hit = [r for r in steps if overlaps(r)]
     med = statistics.median(healthy) if healthy else None
     healthy_comm = (statistics.median(r["exposed_comm_s"] for r in healthy_steps)
-                    if healthy_steps else None)
+                    if healthy_steps and all("exposed_comm_s" in r for r in steps) else None)
     # each failure step's excess over the run's healthy median (never negative), by step
     excess = {r["step"]: max(0.0, r[key] - med) for r in hit} if med is not None else {}
     per_kind = _per_kind(steps, windows, med, key)

@@ -217,15 +217,15 @@ def test_recovery_leaves_out_the_wait_for_the_retry_that_got_through():
 
 
 def test_the_retry_is_the_first_timeout_after_convergence_within_the_loss():
-    from workloads.calibration.recovery import first_retry
+    from workloads.calibration.recovery import logged_retry
 
     log = {1: [9.0, 10.05, 10.15, 10.35, 11.0], 2: [10.2]}  # monotonic times; cut at 10.0
-    assert first_retry(log, 10.0, 0.12, 0.5) == pytest.approx(0.15)
-    assert first_retry(log, 10.0, 0.16, 0.5) == pytest.approx(0.2)  # another connection's
-    assert first_retry(log, 10.0, 0.4, 0.5) is None  # none after convergence in the loss
-    assert first_retry(log, 10.0, None, 0.1) == pytest.approx(0.05)  # no control plane
-    assert first_retry({}, 10.0, 0.1, 0.5) is None
-    assert first_retry({1: [9.5]}, 10.0, None, 0.5) is None  # before the cut
+    assert logged_retry(log, 10.0, 0.12, 0.5) == pytest.approx(0.15)
+    assert logged_retry(log, 10.0, 0.16, 0.5) == pytest.approx(0.2)  # another connection's
+    assert logged_retry(log, 10.0, 0.4, 0.5) is None  # none after convergence in the loss
+    assert logged_retry(log, 10.0, None, 0.1) == pytest.approx(0.05)  # no control plane
+    assert logged_retry({}, 10.0, 0.1, 0.5) is None
+    assert logged_retry({1: [9.5]}, 10.0, None, 0.5) is None  # before the cut
 
 
 def _dimensionless(obj, path=""):
