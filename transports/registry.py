@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from transports.core.api import Core
+from transports.core.cc import NsccConfig
 from transports.core.dblp import DblpCore
 from transports.core.dblp.config import DblpCoreConfig
 from transports.core.knobs import settings_from
@@ -141,12 +142,19 @@ TransportSettings = MrcConfig | RcConfig | DblpCoreConfig | TcpConfig | GlooConf
 # max_ack_delay (measured on the fake network: `emu bench acks`, tests/unit/bench).
 _BATCHED_ACKS: dict[str, Any] = {"ack_wakeup": True, "ack_every": 16, "rto_init": 12e-3}
 
+# NSCC's delay target never below a tick: a wake-up hands its packets to the NIC at once and
+# the ACK of a wake-up's packets waits for the peer's next one, so an RTT on an idle path
+# varies by up to a tick at each end (1 ms emulated, 1 us at full scale) where a NIC paces
+# and stamps on the wire. Below that, every RTT reads as queueing and the window halves on
+# an empty fabric (docs/concepts/transports.md, MRC's single connection).
+_TICK_TARGET = NsccConfig(target_min=1e-3)  # transports/io/tick.py TICK_S (a test checks)
+
 # Registration order is the order names are listed in (help texts, errors).
 REGISTRY: tuple[Transport, ...] = (
     Transport(
         "mrc", "multipath reliable connection: every message sprayed over all SRv6 paths of "
         "a host pair, per-path loss detection and liveness, one delay-based window",
-        MrcConfig, MrcConfig(rto_max=2.0, **_BATCHED_ACKS), _mrc,
+        MrcConfig, MrcConfig(rto_max=2.0, nscc=_TICK_TARGET, **_BATCHED_ACKS), _mrc,
         Capabilities(multipath=True, needs_srv6=True)),
     # RC runs with AIMD on its window, standing in for RoCE's rate control (DCQCN): a fixed
     # window overflowing shallow switch buffers would only measure go-back-N storms.
@@ -158,7 +166,7 @@ REGISTRY: tuple[Transport, ...] = (
     Transport(
         "dblp", "MRC with per-message loss bounds: a round completes at (1 - tolerance) of "
         "its chunks or at its deadline", DblpCoreConfig,
-        DblpCoreConfig(rto_max=2.0, **_BATCHED_ACKS), _dblp,
+        DblpCoreConfig(rto_max=2.0, nscc=_TICK_TARGET, **_BATCHED_ACKS), _dblp,
         Capabilities(bounded=True, multipath=True, needs_srv6=True)),
     Transport(
         "tcp", "the kernel's TCP, one connection per host pair (ECMP hashes it once)",

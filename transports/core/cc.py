@@ -31,8 +31,16 @@ Window updates:
 - delay < target: the window grows by ``fi * mtu`` per window acked (fair increase,
   Reno-like) plus ``eta * (target - delay) / target`` of the bytes acked
   (proportional increase: fast when the path is empty).
-- delay > target: multiplicative decrease by ``gamma * (delay - target) / delay``,
-  never more than ``max_md_jump`` at once, and at most once per RTT.
+- delay > target: multiplicative decrease by ``gamma * (avg - target) / avg``, never
+  more than ``max_md_jump`` at once, at most once per RTT, and only once ``avg``, the
+  filtered delay, is above the target too (as the UEC simulator's NSCC decreases on its
+  slow moving average, not on one sample). ``avg`` moves toward each sample by
+  ``1 - exp(-acked / (delay_memory * cwnd))``: its memory is about ``delay_memory``
+  windows of bytes acknowledged, whatever an ACK covers (an engine's coalesced ACK
+  answers a wake-up's packets at once) and however few packets a window holds (an
+  emulated BDP is a few packets). So the spread of single samples (on the emulator, up
+  to a tick at each end on an idle path) does not cut the window; a queue that stands
+  for about half a window of ACKs does. ``delay_memory = 0``: the sample alone.
 - Quick adapt: when delay exceeds ``qa_threshold * target`` or a retransmission
   timeout fires, the window drops at once to what was acknowledged over the last
   RTT (the rate the network really delivered), at most once per ``qa_gate`` RTTs.
@@ -62,6 +70,7 @@ Per-path RTT estimation and RTOs live in transports/core/rto.py.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from transports.core.knobs import check_knobs, knob
@@ -85,6 +94,10 @@ class NsccConfig:
     eta: float = knob(0.1, lo=0.0)  # proportional increase gain
     fi: float = knob(1.0, lo=0.0)  # fair increase, in MTUs per window acked
     gamma: float = knob(0.8, lo=0.0)  # multiplicative decrease gain
+    # memory of the filtered delay that gates and sizes a decrease, in windows of bytes
+    # acknowledged (NSCC's 1/80 per packet at a 150-packet BDP is about half a window);
+    # 0: the sample alone decides
+    delay_memory: float = knob(0.5, lo=0.0)
     # largest single decrease (fraction of cwnd)
     max_md_jump: float = knob(0.5, lo=0.0, hi=1.0, lo_open=True, hi_open=True)
     qa_threshold: float = knob(4.0, lo=0.0)  # quick adapt when delay > qa_threshold * target
@@ -178,6 +191,7 @@ class Nscc:
         self.cwnd_peak = self.cwnd
         self.bases: dict[int, BaseRtt] = {}  # per EV (learnt base RTTs)
         self.last_rtt = 0.0
+        self.avg_delay = 0.0  # the filtered queueing delay (``delay_memory``)
         self.last_md = -1.0
         self.last_qa = -1.0
         self.acked_window: list[tuple[float, int]] = []  # (t, bytes) over ~the last RTT
@@ -253,6 +267,11 @@ class Nscc:
             del aw[:k]
         delay = max(0.0, rtt - base)
         target = self.target(ev)
+        if cfg.delay_memory > 0.0:  # an ACK weighs by the bytes it covers (coalesced ACKs)
+            w = 1.0 - math.exp(-max(acked, self.mtu) / (cfg.delay_memory * self.cwnd))
+            avg = self.avg_delay = self.avg_delay + w * (delay - self.avg_delay)
+        else:
+            avg = self.avg_delay = delay
         if delay > cfg.qa_threshold * target and now - self.last_qa >= cfg.qa_gate * base:
             self.quick_adapt(now)
             return
@@ -272,8 +291,8 @@ class Nscc:
                 inc = acked * (cfg.fi * self.mtu / self.cwnd
                                + cfg.eta * (target - delay) / max(target, 1e-12))
                 self.cwnd = min(self.max_cwnd, self.cwnd + inc)
-        elif now - self.last_md >= max(rtt, base):
-            md = min(cfg.max_md_jump, cfg.gamma * (delay - target) / delay)
+        elif avg > target and now - self.last_md >= max(rtt, base):
+            md = min(cfg.max_md_jump, cfg.gamma * (avg - target) / avg)
             self.cwnd_peak = max(self.cwnd_peak, self.cwnd)
             self.cwnd = max(self.min_cwnd, self.cwnd * (1.0 - md))
             self.last_md = now

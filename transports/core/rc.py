@@ -328,17 +328,14 @@ class RcCore(MessageCore):
                 if om.next_off >= om.nbytes:
                     self.sendq.popleft()
                     fl = FLAG_LAST
-                crc = wire.crc32(om.data[off:off + n]) if self.cfg.use_crc and n else 0
+                crc = wire.crc32_range(om.data, off, n) if self.cfg.use_crc and n else 0
                 self.pkts[psn] = (om, off, n, fl, crc)
                 self.snd_max = psn + 1
                 flags = fl
             else:
                 break
-            buf = bytearray(HEADER_LEN + n)
-            pack_header(buf, DATA, flags, self.conn, psn, om.msg, off, om.nbytes, 0, n,
-                        _ns(now), 0, crc)
-            if n:
-                buf[HEADER_LEN:] = om.data[off:off + n]
+            buf = wire.datagram(wire.WIRE_VERSION, DATA, flags, self.conn, psn, om.msg, off,
+                                om.nbytes, 0, _ns(now), 0, crc, om.data, off, n)
             out.append((0, buf))
             last = buf
             if rate is not None:

@@ -113,7 +113,8 @@ class HostSockets:
     def flush(self) -> None:
         """Send every queued datagram: one ``sendmmsg`` per EV with datagrams queued (a
         datagram the kernel refuses is lost, as on a full NIC queue or a dead first hop)."""
-        send = self._txb.send
+        txb = self._txb
+        send = txb.send
         for conn in self._dirty:
             conn.dirty = False
             for ev, q in enumerate(conn.queued):
@@ -122,11 +123,7 @@ class HostSockets:
                 n = send(conn.ev_socks[ev].fileno(), conn.dest, q)
                 self.sent += n
                 self.refused += len(q) - n
-                data = 0
-                for d in q:
-                    if d[_KIND_AT] == DATA or d[_FLAGS_LOW_AT] & FLAG_TAIL:
-                        data += 1
-                conn.sent_per_ev[ev] += data
+                conn.sent_per_ev[ev] += txb.data_given  # DATA and tail probes (wire.py)
                 q.clear()
         self._dirty.clear()
 

@@ -15,6 +15,7 @@ class RxBatch:
 class TxBatch:
     vlen: int
     tclass: int
+    data_given: int
     def __init__(self, vlen: int, tclass: int, kind_at: int, flags_at: int, data_kind: int,
                  data_flag: int) -> None: ...
     def send(self, fd: int, dest: bytes, datagrams: list[bytes | bytearray]) -> int: ...

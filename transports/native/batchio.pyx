@@ -136,6 +136,8 @@ cdef class TxBatch:
     is ``data_kind`` or whose flags' low byte (at ``flags_at``) has ``data_flag``."""
 
     cdef readonly int vlen, tclass
+    # data datagrams among those the last ``send`` was given (sent or refused)
+    cdef readonly Py_ssize_t data_given
     cdef int kind_at, flags_at, data_kind, data_flag
     cdef mmsghdr *_msgs
     cdef iovec *_iov
@@ -165,8 +167,9 @@ cdef class TxBatch:
     def send(self, int fd, bytes dest, list datagrams) -> int:
         """Send ``datagrams`` (bytes-like) to ``dest`` (``sockaddr``) on ``fd``, in
         ``sendmmsg`` calls of at most ``vlen``; the number the kernel took (a refused
-        one is lost, as on a full NIC queue)."""
-        cdef Py_ssize_t total = PyList_GET_SIZE(datagrams), done = 0, k, m
+        one is lost, as on a full NIC queue). ``data_given`` then counts the data
+        datagrams among them."""
+        cdef Py_ssize_t total = PyList_GET_SIZE(datagrams), done = 0, k, m, ndata = 0
         cdef int sent = 0, r, i
         cdef unsigned char *p
         cdef cmsghdr *c
@@ -188,9 +191,11 @@ cdef class TxBatch:
                     self._msgs[k].msg_hdr.msg_namelen = namelen
                     self._msgs[k].msg_hdr.msg_iov = &self._iov[k]
                     self._msgs[k].msg_hdr.msg_iovlen = 1
-                    if self._views[k].len > self.flags_at and not (
-                            p[self.kind_at] == self.data_kind
-                            or p[self.flags_at] & self.data_flag):
+                    if self._views[k].len <= self.flags_at:
+                        pass
+                    elif p[self.kind_at] == self.data_kind or p[self.flags_at] & self.data_flag:
+                        ndata += 1
+                    else:
                         c = <cmsghdr *>(self._ctrl + k * SAE_CTRL_LEN)
                         c.cmsg_level = 41  # IPPROTO_IPV6
                         c.cmsg_type = 67  # IPV6_TCLASS
@@ -205,4 +210,5 @@ cdef class TxBatch:
                 for i in range(got):
                     PyBuffer_Release(&self._views[i])
             done += m
+        self.data_given = ndata
         return sent

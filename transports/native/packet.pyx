@@ -10,8 +10,10 @@ plain lists that Python code reads as before.
 """
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy
 
 
 cdef extern from "isa-l/crc.h" nogil:
@@ -41,6 +43,77 @@ def crc32_raw(data) -> int:
     finally:
         PyBuffer_Release(&view)
     return c
+
+
+def crc32_range(data, Py_ssize_t offset, Py_ssize_t length) -> int:
+    """``crc32(data[offset:offset + length])`` without the slice; ValueError if the range
+    is not inside ``data``."""
+    cdef Py_buffer view
+    cdef uint32_t c
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if offset < 0 or length < 0 or offset + length > view.len:
+            raise ValueError(f"range {offset}+{length} outside {view.len} bytes")
+        with nogil:
+            c = crc32_gzip_refl(0, <const unsigned char *>view.buf + offset, <uint64_t>length)
+    finally:
+        PyBuffer_Release(&view)
+    return c if c else 1
+
+
+cdef inline void _be16(unsigned char *p, uint16_t v) noexcept nogil:
+    p[0] = v >> 8
+    p[1] = v & 0xFF
+
+
+cdef inline void _be32(unsigned char *p, uint32_t v) noexcept nogil:
+    p[0] = v >> 24
+    p[1] = (v >> 16) & 0xFF
+    p[2] = (v >> 8) & 0xFF
+    p[3] = v & 0xFF
+
+
+cdef inline void _be64(unsigned char *p, uint64_t v) noexcept nogil:
+    _be32(p, <uint32_t>(v >> 32))
+    _be32(p + 4, <uint32_t>v)
+
+
+def datagram(int version, int kind, int flags, uint32_t conn, uint32_t psn, uint32_t msg,
+             uint32_t offset, uint32_t msg_len, int ev, uint64_t ts, uint64_t ts_echo,
+             uint32_t crc, data, Py_ssize_t start, Py_ssize_t length) -> bytearray:
+    """A new datagram: the header transports/core/wire.py lays out (``HEADER``, its
+    ``length`` field ``length``) followed by ``data[start:start + length]``, packed and
+    copied in one call (``data`` any contiguous buffer; ignored when ``length`` is 0)."""
+    cdef Py_buffer view
+    cdef unsigned char *p
+    if not (0 <= version <= 0xFF and 0 <= kind <= 0xFF and 0 <= flags <= 0xFFFF
+            and 0 <= ev <= 0xFFFF and 0 <= length <= 0xFFFF):
+        raise OverflowError(f"header field out of range: version {version}, kind {kind}, "
+                            f"flags {flags}, ev {ev}, length {length}")
+    out = PyByteArray_FromStringAndSize(NULL, 48 + length)
+    p = <unsigned char *>PyByteArray_AS_STRING(out)
+    p[0] = <uint8_t>version
+    p[1] = <uint8_t>kind
+    _be16(p + 2, <uint16_t>flags)
+    _be32(p + 4, conn)
+    _be32(p + 8, psn)
+    _be32(p + 12, msg)
+    _be32(p + 16, offset)
+    _be32(p + 20, msg_len)
+    _be16(p + 24, <uint16_t>ev)
+    _be16(p + 26, <uint16_t>length)
+    _be64(p + 28, ts)
+    _be64(p + 36, ts_echo)
+    _be32(p + 44, crc)
+    if length:
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            if start < 0 or start + length > view.len:
+                raise ValueError(f"payload {start}+{length} outside {view.len} bytes")
+            memcpy(p + 48, <const char *>view.buf + start, <size_t>length)
+        finally:
+            PyBuffer_Release(&view)
+    return out
 
 
 cdef inline Py_ssize_t _bisect_right(list a, long long x):

@@ -30,6 +30,10 @@ class Counting:
         self.calls.append((fd, len(grams), n))
         return n
 
+    @property
+    def data_given(self):
+        return self.batch.data_given
+
 
 @pytest.fixture
 def host():

@@ -10,6 +10,7 @@ import zlib
 
 import pytest
 
+from transports.core import wire
 from transports.native import batchio, packet
 
 
@@ -18,6 +19,33 @@ def test_crc32_is_zlibs(n):
     data = random.Random(n).randbytes(n)
     assert packet.crc32_raw(data) == zlib.crc32(data)
     assert packet.crc32(memoryview(bytearray(data))[:n]) == (zlib.crc32(data) or 1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_compiled_datagram_is_the_header_packed_by_its_layout(seed):
+    r = random.Random(seed)
+    data = r.randbytes(20_000)
+    fields = [r.randrange(256), r.randrange(1 << 16)] + [r.randrange(1 << 32) for _ in range(5)]
+    ev, ts, echo, crc = r.randrange(1 << 16), r.randrange(1 << 64), r.randrange(1 << 64), \
+        r.randrange(1 << 32)
+    for start, n in ((0, 0), (r.randrange(10_000), r.randrange(1, 9_000)), (20_000 - 64, 64)):
+        got = wire.datagram(wire.WIRE_VERSION, *fields, ev, ts, echo, crc, data, start, n)
+        want = bytearray(wire.HEADER_LEN + n)
+        wire.HEADER.pack_into(want, 0, wire.WIRE_VERSION, *fields, ev, n, ts, echo, crc)
+        want[wire.HEADER_LEN:] = data[start:start + n]
+        assert got == want
+        assert wire.peek(got).length == n
+        if n:
+            assert wire.crc32_range(data, start, n) == packet.crc32(data[start:start + n])
+
+
+def test_a_compiled_datagram_refuses_what_does_not_fit():
+    with pytest.raises(ValueError, match="payload 100\\+8000 outside 4096 bytes"):
+        wire.datagram(1, wire.DATA, 0, 1, 0, 0, 0, 8000, 0, 0, 0, 0, bytes(4096), 100, 8000)
+    with pytest.raises(OverflowError, match="ev 70000"):
+        wire.datagram(1, wire.DATA, 0, 1, 0, 0, 0, 0, 70000, 0, 0, 0, b"", 0, 0)
+    with pytest.raises(ValueError, match="range 10\\+10 outside 12 bytes"):
+        wire.crc32_range(bytes(12), 10, 10)
 
 
 class _Reference:

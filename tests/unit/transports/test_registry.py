@@ -12,6 +12,7 @@ from transports import registry
 from transports.core.knobs import UnknownKey, describe
 from transports.core.mrc import MrcConfig, MrcCore
 from transports.core.rc import RcConfig
+from transports.io.tick import TICK_S
 from transports.plan import DEFAULT_CONFIG, conn_spec
 from transports.registry import TransportSettings
 
@@ -54,13 +55,16 @@ def test_an_unknown_name_lists_the_valid_ones():
 def test_run_defaults_are_plan_data_and_settings_alike():
     # the batching loop's ACK policy, and room in the first RTO for the ticks an ACK waits
     batched = {"ack_wakeup": True, "ack_every": 16, "rto_init": 12e-3}
-    assert DEFAULT_CONFIG["mrc"] == {"rto_max": 2.0, **batched}
+    # NSCC's delay target at least a tick (transports/io/tick.py)
+    assert registry.get("mrc").defaults.nscc.target_min == TICK_S
+    assert DEFAULT_CONFIG["mrc"] == DEFAULT_CONFIG["dblp"] == {
+        "rto_max": 2.0, "nscc": {"target_min": TICK_S}, **batched}
     assert DEFAULT_CONFIG["rc"] == {"aimd": True, "rto_max": 2.0, **batched}
     assert DEFAULT_CONFIG["tcp"] == DEFAULT_CONFIG["gloo"] == {}
     mrc = registry.get("mrc")
     s = mrc.settings({"selector": "reps", "nscc": {"eta": 0.3}})
-    assert mrc.plan_config(s) == {"selector": "reps", "rto_max": 2.0, "nscc": {"eta": 0.3},
-                                  **batched}
+    assert mrc.plan_config(s) == {"selector": "reps", "rto_max": 2.0,
+                                  "nscc": {"eta": 0.3, "target_min": TICK_S}, **batched}
     core = registry.make_core("mrc", 1, 4, mrc.plan_config(s), 0)
     assert isinstance(core, MrcCore) and core.cfg == s
 

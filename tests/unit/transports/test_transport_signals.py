@@ -79,6 +79,9 @@ def test_ce_marks_come_back_as_ecn_echoes_on_their_ev() -> None:
 
 
 def _nscc(**kw: object) -> Nscc:
+    """A window of 100 kB on a 100 us path with a 50 us target; the sample alone decides a
+    decrease unless ``delay_memory`` is given (each quadrant on one ACK)."""
+    kw.setdefault("delay_memory", 0.0)
     cc = Nscc(NsccConfig(base_rtt=100e-6, target_delay=50e-6, **kw), 8048)  # type: ignore[arg-type]
     cc.cwnd = 100_000.0
     return cc
@@ -106,6 +109,23 @@ def test_nscc_without_ecn_stays_delay_only() -> None:
     w = cc.cwnd
     cc.on_ack(8048, 180e-6, 1e-3)  # delay above target: decrease, as before
     assert cc.cwnd < w
+
+
+def test_a_decrease_waits_for_the_filtered_delay_and_is_sized_by_it() -> None:
+    cc = _nscc(delay_memory=0.5, ecn=False)
+    for i in range(20):  # an empty path: the average stays at 0
+        cc.on_ack(8048, 100e-6, i * 1e-4)
+    w = cc.cwnd
+    cc.on_ack(8048, 180e-6, 3e-3)  # one sample 80 us above base: the average is not
+    assert cc.n_md == 0 and cc.cwnd == w and 0 < cc.avg_delay < 50e-6
+    t = 3e-3
+    while cc.n_md == 0:  # a standing queue of 80 us: the average climbs past the target
+        t += 1e-4
+        w = cc.cwnd
+        cc.on_ack(8048, 180e-6, t)
+        assert t < 5e-3  # within about a window's worth of ACKs
+    assert 50e-6 < cc.avg_delay < 80e-6 and cc.cwnd == pytest.approx(
+        w * (1 - 0.8 * (cc.avg_delay - 50e-6) / cc.avg_delay))
 
 
 def test_a_trim_quick_adapts_once_per_gate() -> None:

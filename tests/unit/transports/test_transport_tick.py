@@ -38,20 +38,24 @@ def test_the_wake_up_rule():
 
 @pytest.mark.parametrize("tick", [0.5e-3, TICK, 2e-3])
 def test_timers_fire_late_by_at_most_one_tick(tick):
-    # lossy, reordering paths: RTOs, tail probes, EV probes and reorder timers all fire
-    specs = [PathSpec(delay=300e-6, jitter=200e-6, loss=0.05, reorder=0.1,
-                      reorder_delay=1e-3, rate=12.5e6, buffer=64_000)] * 4
-    net, a, b = _mrc_pair(tick, specs)
-    msgs = messages(3, [1_000_000, 120_000])
-    bufs = exchange(net, "a", "b", msgs, until=30.0)
-    assert all(bufs[m] == d for m, d in msgs.items())
-    late = net.tick.late
-    assert len(late) > 10 and any(x > 0 for x in late)  # timers fired, some late
-    assert max(late) <= tick + 1e-12
-    for name in "ab":  # every datagram after the posts at 0 left at a wake-up of its core
-        times = sorted({r.t for r in net.log if r.src == name and r.t > 0})
-        gaps = [y - x for x, y in zip(times, times[1:], strict=False)]
-        assert gaps and min(gaps) >= tick - 1e-12
+    # lossy, reordering paths: RTOs, tail probes, EV probes and reorder timers all fire;
+    # one timer in ten or so falls due between two wake-ups, so three seeds together
+    late_any = 0
+    for seed in (1, 2, 3):
+        specs = [PathSpec(delay=300e-6, jitter=200e-6, loss=0.05, reorder=0.1,
+                          reorder_delay=1e-3, rate=12.5e6, buffer=64_000)] * 4
+        net, a, b = _mrc_pair(tick, specs, seed=seed)
+        msgs = messages(3, [1_000_000, 120_000])
+        bufs = exchange(net, "a", "b", msgs, until=30.0)
+        assert all(bufs[m] == d for m, d in msgs.items())
+        late = net.tick.late
+        assert len(late) > 10 and max(late) <= tick + 1e-12  # timers fired, none a tick late
+        late_any += sum(1 for x in late if x > 0)
+        for name in "ab":  # every datagram after the posts at 0 left at a wake-up of its core
+            times = sorted({r.t for r in net.log if r.src == name and r.t > 0})
+            gaps = [y - x for x, y in zip(times, times[1:], strict=False)]
+            assert gaps and min(gaps) >= tick - 1e-12
+    assert late_any > 0  # some fell due between wake-ups: the bound was exercised
 
 
 def test_one_ack_per_wake_up_or_per_ack_every():

@@ -140,6 +140,7 @@ class DblpCore(MrcCore):
                   bound: LossBound | None = None) -> list[Tx]:
         """Queue message ``msg`` with loss bound ``bound`` (None: reliable)."""
         _check_bound(bound)
+        self._deadline_ok = False
         if self.failed or self._sending(msg):
             return super().post_send(msg, data, now)  # MRC's failure completions
         om = OutMsg(msg, data, self.cfg.mtu_payload, now)
@@ -156,6 +157,7 @@ class DblpCore(MrcCore):
                   bound: LossBound | None = None) -> list[Tx]:
         """Give ``buf`` to message ``msg``, with loss bound ``bound`` (None: reliable)."""
         _check_bound(bound)
+        self._deadline_ok = False
         if self.failed:
             return super().post_recv(msg, buf, now)
         return self.brecv.post(msg, buf, now, bound)

@@ -176,6 +176,10 @@ class MrcCore(MessageCore):
                           self.flight, self.ledger, self.loss)
         self.rcv = Receiver(conn, cfg, self.reasm, self.stats)
         self.max_sack_len = cfg.max_sack_blocks * SACK_BLOCK.size
+        # next_deadline as last computed: the I/O loop asks for it several times a wake-up
+        # and it only moves through the entry points below, each of which drops it
+        self._deadline: float | None = None
+        self._deadline_ok = False
 
     def __repr__(self) -> str:
         return (f"MrcCore(conn={self.conn}, evs={self.evs}, active={len(self.paths.active)}, "
@@ -185,6 +189,7 @@ class MrcCore(MessageCore):
 
     def on_packet(self, data: bytes | memoryview, now: float,
                   rx_t: float | None = None) -> list[Tx]:
+        self._deadline_ok = False
         h = self._admit(data)
         if h is None:
             return []
@@ -220,6 +225,7 @@ class MrcCore(MessageCore):
         return out
 
     def on_timer(self, now: float) -> list[Tx]:
+        self._deadline_ok = False
         out: list[Tx] = []
         if self.rcv.ack_at <= now:
             out.append(self.rcv.make_ack(now))
@@ -238,14 +244,27 @@ class MrcCore(MessageCore):
 
     def flush(self, now: float) -> list[Tx]:
         """The coalesced ACK of this wake-up (transports/core/api.py ``Core.flush``)."""
+        self._deadline_ok = False
         ack = self.rcv.flush(now)
         return [] if ack is None else [ack]
 
     def next_deadline(self) -> float | None:
+        if self._deadline_ok:
+            return self._deadline
         d = min(self.rcv.ack_at, self.loss.next_rto(), self.paths.next_probe())
         if self.policy is not None:
             d = min(d, self.policy.next_deadline())
-        return None if d == INF else d
+        self._deadline = None if d == INF else d
+        self._deadline_ok = True
+        return self._deadline
+
+    def post_send(self, msg: int, data: bytes | memoryview, now: float) -> list[Tx]:
+        self._deadline_ok = False
+        return super().post_send(msg, data, now)
+
+    def post_recv(self, msg: int, buf: bytearray | memoryview, now: float) -> list[Tx]:
+        self._deadline_ok = False
+        return super().post_recv(msg, buf, now)
 
     def rto_floor(self) -> float:
         """The RTO floor: ``max(rto_min, rto_min_rtts * base RTT) + host delay``
@@ -255,6 +274,7 @@ class MrcCore(MessageCore):
 
     def set_host_delay(self, delay: float) -> None:
         """The I/O loop's measured scheduling delay (transports/core/rto.py ``HostDelay``)."""
+        self._deadline_ok = False
         self.loss.set_host_delay(delay)
 
     def state_sizes(self) -> dict[str, int]:
@@ -269,10 +289,12 @@ class MrcCore(MessageCore):
 
     def deny(self, ev: int, now: float = 0.0) -> None:
         """A controller forbids ``ev``: it carries nothing until ``allow`` and a probe."""
+        self._deadline_ok = False
         self.paths.deny(ev, now)
 
     def allow(self, ev: int, now: float = 0.0) -> None:
         """Undo ``deny``: the EV is probed at once and carries data once a probe returns."""
+        self._deadline_ok = False
         self.paths.allow(ev, now, self.timeouts.rto(ev))
 
     def ev_state(self, ev: int) -> str:

@@ -36,7 +36,16 @@ from transports.core.mrc.evtable import EvTable
 from transports.core.mrc.flight import Flight, SentPacket
 from transports.core.mrc.spray import Spray
 from transports.core.spurious import RetxLedger
-from transports.core.wire import FLAG_ACK_REQ, FLAG_LAST, FLAG_RETX, HEADER_LEN, pack_header
+from transports.core.wire import (
+    DATA,
+    FLAG_ACK_REQ,
+    FLAG_LAST,
+    FLAG_RETX,
+    HEADER_LEN,
+    WIRE_VERSION,
+    crc32_range,
+    datagram,
+)
 
 
 class LossHooks(Protocol):
@@ -222,7 +231,7 @@ class Sender:
             if om.nsent >= om.npkts:  # the first pass is over (by offset: next_off >= nbytes)
                 sendq.popleft()
                 flags |= FLAG_LAST
-            crc = wire.crc32(om.data[off:off + length]) if use_crc and length else 0
+            crc = crc32_range(om.data, off, length) if use_crc and length else 0
             p = SentPacket(self.snd_nxt, om, off, length, flags, crc)
             flight.add(p)
             self.snd_nxt += 1
@@ -235,11 +244,8 @@ class Sender:
         p.ev, p.sent, p.ts, p.seq, p.lost = ev, now, ts, seq, False
         n = p.length
         om = p.om
-        buf = bytearray(HEADER_LEN + n)
-        pack_header(buf, wire.DATA, p.flags | flags, self.conn, p.psn, om.msg, p.offset,
-                    om.nbytes, ev, n, ts, 0, p.crc)
-        if n:
-            buf[HEADER_LEN:] = om.data[p.offset:p.offset + n]
+        buf = datagram(WIRE_VERSION, DATA, p.flags | flags, self.conn, p.psn, om.msg, p.offset,
+                       om.nbytes, ev, ts, 0, p.crc, om.data, p.offset, n)
         self.flight.on_wire(p)
         self.loss.on_sent(p, now)
         self.ev_tx[ev] += 1
