@@ -1,6 +1,7 @@
 """The compiled helpers of the transports (Cython, built by scripts/setup.sh or
-``make native``): per-packet mechanics (packet.pyx: the payload CRC, interval sets) and
-batched datagram I/O (batchio.pyx: recvmmsg with kernel timestamps, sendmmsg).
+``make native``): per-packet mechanics (packet.pyx: a data datagram packed in one call,
+the payload CRC, interval sets) and batched datagram I/O (batchio.pyx: recvmmsg with
+kernel timestamps, sendmmsg).
 
 There is no slow fallback: importing this package without the build fails at once with
 ``NotBuilt``, which names the command that makes it.

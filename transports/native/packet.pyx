@@ -1,10 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Per-packet mechanics of the transport cores, compiled: the payload CRC and the
-interval sets (SACK ranges, received byte ranges).
+"""Per-packet mechanics of the transport cores, compiled: a data datagram packed, the
+payload CRC and the interval sets (SACK ranges, received byte ranges).
 
 Nothing here decides anything: loss detection, congestion control, path selection and
-EV states stay Python (transports/core). ``crc32`` is zlib's CRC32 (the wire's ``crc``
-field: transports/core/wire.py) computed by ISA-L; ``IntervalSet`` is the disjoint
+EV states stay Python (transports/core). ``datagram`` writes the header wire.py lays out
+(``HEADER``) and copies the payload behind it in one call; ``crc32`` is zlib's CRC32 (the
+wire's ``crc`` field) computed by ISA-L, ``crc32_range`` over part of a buffer without
+slicing it; ``IntervalSet`` is the disjoint
 half-open ranges transports/core/message.py documents, its ``starts`` and ``ends``
 plain lists that Python code reads as before.
 """
