@@ -95,39 +95,23 @@ class Timeouts:
 
     def rto(self, ev: int) -> float:
         """EV ``ev``'s RTO: the larger of its own and the overall one, within the bounds."""
-        # RttEstimator.rto for the overall estimator and the EV's, inlined: every packet
-        # sent arms its timer with this
         cfg = self.cfg
-        floor, rto_max = self.floor, cfg.rto_max
-        e = self.srtt
-        if e.srtt == 0.0:
-            overall = floor if floor > cfg.rto_init else cfg.rto_init
-        else:
-            overall = e.srtt + 4 * e.rttvar
-            overall = rto_max if overall > rto_max else floor if overall < floor else overall
-        e = self.rtt[ev]
-        if e.srtt == 0.0:
-            own = floor if floor > overall else overall
-        else:
-            own = e.srtt + 4 * e.rttvar
-            own = rto_max if own > rto_max else floor if own < floor else own
-        rto = (own if own > overall else overall) + self.peer_hold.value
-        return rto if rto < rto_max else rto_max
+        floor = self.floor
+        overall = self.srtt.rto(floor, cfg.rto_max, cfg.rto_init)
+        rto = max(overall, self.rtt[ev].rto(floor, cfg.rto_max, overall)) + self.peer_hold.value
+        return rto if rto < cfg.rto_max else cfg.rto_max
 
     def backed_off(self, ev: int, strikes: int | None = None) -> float:
         """EV ``ev``'s RTO doubled per strike (``strikes``, the current count by default),
         capped at ``rto_max``."""
         n = self.strikes if strikes is None else strikes
-        if not n:
-            return self.rto(ev)
         return min(self.cfg.rto_max, self.rto(ev) * (1 << min(n, 30)))
 
     def jittered(self, ev: int) -> float:
         """``backed_off(ev)``, stretched by up to ``BACKOFF_JITTER`` at random once backed
         off, so that repeated timeouts keep no fixed phase of a periodic impairment."""
-        if not self.strikes:
-            return self.rto(ev)
-        return self.backed_off(ev) * (1.0 + BACKOFF_JITTER * self.rng.random())
+        rto = self.backed_off(ev)
+        return rto * (1.0 + BACKOFF_JITTER * self.rng.random()) if self.strikes else rto
 
     def rto_any(self) -> float:
         """The RTO over all EVs, backed off."""
